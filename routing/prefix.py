@@ -1,0 +1,90 @@
+"""Prompt canonicalization and chained prefix-block hashing.
+
+A serving engine caches KV blocks of a fixed number of tokens, each keyed by a hash that covers
+every token before it. Meridian cannot run every model's tokenizer on the request path, so it
+approximates: the canonical prompt is the UTF-8 text the chat template would see, and a token is
+``BYTES_PER_TOKEN`` bytes of it (about right for English with BPE tokenizers). Block boundaries
+then fall at the same byte offsets for every request that shares a prefix, which is all that
+affinity needs. The emulated engine uses the same functions, so its cache and the router's index
+agree on what a block is.
+
+Hashes are xxh3-64 chained through the seed, so ``hashes[i]`` depends on blocks ``0..i`` and on
+the tenant key; they are stable across processes (replicas share them through Redis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+import xxhash
+
+BYTES_PER_TOKEN = 4
+DEFAULT_BLOCK_TOKENS = 16
+
+_ROLE_OPEN = b"\x1e"  # record separator: cannot be confused with message text boundaries
+_ROLE_CLOSE = b"\x1f"
+
+
+def _content_bytes(content: Any) -> bytes:
+    if content is None:
+        return b""
+    if isinstance(content, str):
+        return content.encode()
+    if isinstance(content, list):
+        parts: list[bytes] = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")).encode())
+            else:
+                # Images, audio, ...: their identity matters for caching, their size is unknown.
+                parts.append(orjson.dumps(part, option=orjson.OPT_SORT_KEYS))
+        return b"".join(parts)
+    return orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+
+
+def canonical_chat(messages: Iterable[Mapping[str, Any]], tools: Any = None) -> bytes:
+    """The bytes a chat template would render, in order: tools first, then each message."""
+    chunks: list[bytes] = []
+    if tools:
+        chunks.append(b"tools" + _ROLE_CLOSE + orjson.dumps(tools, option=orjson.OPT_SORT_KEYS))
+    for message in messages:
+        chunks.append(_ROLE_OPEN + str(message.get("role", "")).encode() + _ROLE_CLOSE)
+        chunks.append(_content_bytes(message.get("content")))
+        if message.get("tool_calls"):
+            chunks.append(orjson.dumps(message["tool_calls"], option=orjson.OPT_SORT_KEYS))
+    return b"".join(chunks)
+
+
+def canonical_completion(prompt: Any) -> bytes:
+    if isinstance(prompt, str):
+        return prompt.encode()
+    if isinstance(prompt, list):
+        if all(isinstance(p, int) for p in prompt):  # already token ids
+            return b"".join(int(p).to_bytes(BYTES_PER_TOKEN, "little", signed=True) for p in prompt)
+        return b"".join(canonical_completion(p) for p in prompt)
+    return b""
+
+
+def estimate_tokens(canonical: bytes) -> int:
+    return -(-len(canonical) // BYTES_PER_TOKEN)
+
+
+def tenant_seed(tenant: str) -> int:
+    return xxhash.xxh3_64_intdigest(tenant.encode())
+
+
+def block_hashes(
+    canonical: bytes, tenant: str = "default", block_tokens: int = DEFAULT_BLOCK_TOKENS
+) -> tuple[int, ...]:
+    """Chained hashes of every *full* block of the prompt (engines cache full blocks only)."""
+    block_bytes = block_tokens * BYTES_PER_TOKEN
+    seed = tenant_seed(tenant)
+    hash_block = xxhash.xxh3_64_intdigest
+    view = memoryview(canonical)
+    out: list[int] = []
+    for start in range(0, len(canonical) - block_bytes + 1, block_bytes):
+        seed = hash_block(view[start : start + block_bytes], seed)
+        out.append(seed)
+    return tuple(out)
