@@ -20,7 +20,9 @@ class RoundRobinRouter:
                 rejected.append(Rejection(name, "serves_model", f"does not serve {profile.model}"))
             elif name in profile.exclude:
                 rejected.append(Rejection(name, "not_visited", "already on this request's path"))
-            elif not state.healthy or (state.ejected_until is not None and state.ejected_until > now):
+            elif not state.healthy or (
+                state.ejected_until is not None and state.ejected_until > now
+            ):
                 rejected.append(Rejection(name, "healthy", "unhealthy or ejected"))
             else:
                 eligible.append(name)
