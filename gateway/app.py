@@ -1,0 +1,108 @@
+"""Assemble the gateway: the aiohttp application, its parts, and their start-up and shutdown."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from gateway.errors import ApiError
+from gateway.fleet import LocalFleetView
+from gateway.http_api import add_routes
+from gateway.metrics import GatewayMetrics
+from gateway.relay import Relay
+from gateway.state_keys import CONFIG, METRICS, RELAY
+from gateway.upstream import UpstreamPool
+from routing.policies.round_robin import RoundRobinRouter
+from routing.types import Router
+
+log = logging.getLogger("meridian.app")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_router(config: GatewayConfig) -> Router:
+    if config.routing.policy == "round_robin":
+        return RoundRobinRouter()
+    raise ValueError(f"unknown routing policy {config.routing.policy!r}")
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves in OpenAI's shape; nothing leaks a traceback or the request body."""
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return err.to_response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+            exc.status, "http_error"
+        )
+        message = f"{exc.reason}: {request.method} {request.path}"
+        return ApiError(exc.status, message, "invalid_request_error", code).to_response()
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return ApiError(
+            500, "internal gateway error", "server_error", "internal_error"
+        ).to_response()
+
+
+def build_app(config: GatewayConfig, router: Router | None = None) -> web.Application:
+    app = web.Application(middlewares=[openai_errors], client_max_size=config.limits.max_body_bytes)
+    metrics = GatewayMetrics()
+    pool = UpstreamPool(config.backends, config.timeouts)
+    fleet = LocalFleetView(config)
+    relay = Relay(config, pool, router or build_router(config), fleet, metrics)
+    app[CONFIG] = config
+    app[METRICS] = metrics
+    app[RELAY] = relay
+
+    async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
+        yield
+        await pool.close()
+
+    app.cleanup_ctx.append(upstream_pool)
+    add_routes(app)
+    return app
+
+
+@dataclass
+class RunningGateway:
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def app(self) -> web.Application:
+        return self.runner.app
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_gateway(
+    config: GatewayConfig, host: str | None = None, port: int | None = None
+) -> RunningGateway:
+    """Start serving on the running event loop; returns once the socket is listening."""
+    app = build_app(config)
+    # handler_cancellation: a client that goes away cancels its handler, and with it the
+    # upstream request — the GPU stops generating for nobody.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    bind_host = host or config.listen.host
+    site = web.TCPSite(runner, bind_host, config.listen.port if port is None else port)
+    await site.start()
+    server = site._server
+    assert server is not None
+    sockets = getattr(server, "sockets", None) or []
+    actual_port = sockets[0].getsockname()[1] if sockets else (port or config.listen.port)
+    return RunningGateway(runner, bind_host, actual_port)

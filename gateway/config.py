@@ -1,0 +1,221 @@
+"""The operator's YAML configuration: typed, validated, with errors that name file and key.
+
+``load_config(path)`` is the only way a config enters the gateway; everything downstream gets a
+frozen, validated :class:`GatewayConfig`. Secrets are never inline: a backend's API key is a
+reference to an environment variable or a file, resolved at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from routing.types import BackendKind, BackendSpec
+
+Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "meridian", "unknown"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ListenConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    grpc_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+
+
+class Location(_Strict):
+    lat: Annotated[float, Field(ge=-90, le=90)]
+    lon: Annotated[float, Field(ge=-180, le=180)]
+
+
+class RegionConfig(_Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+    location: Location | None = None
+    # Round trip from this gateway to the region when nothing has been measured yet.
+    rtt_ms: Annotated[float, Field(ge=0)] | None = None
+
+
+class SecretRef(_Strict):
+    """Where a secret lives. Exactly one of ``env`` or ``file``."""
+
+    env: str | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of 'env' (variable name) or 'file' (path)")
+        return self
+
+    def resolve(self) -> str:
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise ConfigError(f"environment variable {self.env} is not set")
+            return value.strip()
+        assert self.file is not None
+        try:
+            return self.file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read secret file {self.file}: {exc.strerror}") from exc
+
+
+class CapacityConfig(_Strict):
+    """What cannot be observed cheaply: the engine's nominal speeds and the serverless policy."""
+
+    max_num_seqs: Annotated[int, Field(ge=1)] = 256
+    prefill_tokens_per_s: Annotated[float, Field(gt=0)] = 10_000.0
+    itl_ms: Annotated[float, Field(gt=0)] = 20.0
+    first_token_overhead_ms: Annotated[float, Field(ge=0)] = 10.0
+    cold_start_ms: Annotated[float, Field(ge=0)] = 0.0
+    idle_timeout_s: Annotated[float, Field(gt=0)] | None = None
+
+
+class BackendConfig(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+    region: str
+    kind: BackendKind = BackendKind.DEDICATED
+    url: AnyHttpUrl
+    engine: Engine = "vllm"
+    models: Annotated[list[str], Field(min_length=1)]
+    api_key: SecretRef | None = None
+    capacity: CapacityConfig = CapacityConfig()
+    max_connections: Annotated[int, Field(ge=1)] = 1024
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials_in_url(cls, url: AnyHttpUrl) -> AnyHttpUrl:
+        if url.username or url.password:
+            raise ValueError("credentials do not belong in the URL; use api_key: {env: ...}")
+        return url
+
+    def base_url(self) -> str:
+        """The URL under which ``/v1/chat/completions`` lives, without a trailing slash."""
+        text = str(self.url).rstrip("/")
+        return text[: -len("/v1")] if text.endswith("/v1") else text
+
+    def spec(self) -> BackendSpec:
+        cap = self.capacity
+        return BackendSpec(
+            name=self.name,
+            region=self.region,
+            kind=self.kind,
+            models=frozenset(self.models),
+            max_num_seqs=cap.max_num_seqs,
+            prefill_tokens_per_s=cap.prefill_tokens_per_s,
+            itl_ms=cap.itl_ms,
+            first_token_overhead_ms=cap.first_token_overhead_ms,
+            cold_start_ms=cap.cold_start_ms,
+            idle_timeout_s=cap.idle_timeout_s,
+        )
+
+
+class TimeoutsConfig(_Strict):
+    connect_s: Annotated[float, Field(gt=0)] = 5.0
+    first_token_s: Annotated[float, Field(gt=0)] = 60.0
+    inter_token_s: Annotated[float, Field(gt=0)] = 60.0
+    total_s: Annotated[float, Field(gt=0)] = 600.0
+
+
+class LimitsConfig(_Strict):
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+
+
+class RoutingConfig(_Strict):
+    policy: str = "round_robin"
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+
+
+class GatewayConfig(_Strict):
+    """The whole operator file."""
+
+    region: str | None = Field(None, description="Region this gateway runs in.")
+    listen: ListenConfig = ListenConfig()
+    regions: list[RegionConfig] = Field(default_factory=list)
+    backends: Annotated[list[BackendConfig], Field(min_length=1)]
+    routing: RoutingConfig = RoutingConfig()
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+    limits: LimitsConfig = LimitsConfig()
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> GatewayConfig:
+        names = [b.name for b in self.backends]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"backend names must be unique; repeated: {', '.join(dupes)}")
+        known = {r.name for r in self.regions}
+        if known:
+            for backend in self.backends:
+                if backend.region not in known:
+                    raise ValueError(
+                        f"backend {backend.name!r} names region {backend.region!r}, which is not "
+                        f"in 'regions' ({', '.join(sorted(known))})"
+                    )
+            if self.region is not None and self.region not in known:
+                raise ValueError(f"'region' {self.region!r} is not in 'regions'")
+        return self
+
+    def models(self) -> list[str]:
+        return sorted({m for b in self.backends for m in b.models})
+
+
+class ConfigError(Exception):
+    """A configuration problem an operator can fix; the message says where and what."""
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(
+                p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))
+            )
+            lines.append(f"{source}: {_format_location(loc)}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return parse_config(data, str(path))
+
+
+def json_schema() -> dict[str, Any]:
+    return GatewayConfig.model_json_schema()

@@ -1,0 +1,227 @@
+"""The OpenAI-compatible HTTP door: request handlers and their response framing.
+
+Headers wait for the first token: until then a failure can still move to another backend
+without the client noticing. Then ``Server-Timing`` and ``X-Meridian-Route`` go out with the
+buffered first events, every later event is written as it arrives, and the last thing before
+``data: [DONE]`` is an SSE comment carrying the end-of-stream timings.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.errors import ApiError
+from gateway.inbound import Endpoint, parse_inbound, request_id_from, tenant_from
+from gateway.sse import comment
+from gateway.state_keys import CONFIG, METRICS, RELAY
+from gateway.stream import OpenedStream, StreamBroken
+from gateway.timing import TimingEntry, render
+
+log = logging.getLogger("meridian.http")
+
+TIMING_COMMENT_PREFIX = "meridian-timing "
+_CLIENT_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+
+
+def _forward_headers(request: web.Request, request_id: str) -> dict[str, str]:
+    headers = {"X-Request-Id": request_id}
+    traceparent = request.headers.get("traceparent")
+    if traceparent:
+        headers["traceparent"] = traceparent
+    return headers
+
+
+def _response_headers(request_id: str, opened: OpenedStream) -> dict[str, str]:
+    return {
+        "X-Request-Id": request_id,
+        "X-Meridian-Route": opened.route.header(),
+        "Server-Timing": render(opened.entries),
+    }
+
+
+async def _read_body(request: web.Request) -> bytes:
+    limit = request.app[CONFIG].limits.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(
+            413,
+            f"request body is larger than the {limit}-byte limit",
+            "invalid_request_error",
+            "request_too_large",
+        )
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(
+            413,
+            f"request body is larger than the {limit}-byte limit",
+            "invalid_request_error",
+            "request_too_large",
+        ) from None
+
+
+async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+    received_at = time.perf_counter()
+    relay, metrics = request.app[RELAY], request.app[METRICS]
+    request_id = request_id_from(request.headers.get("X-Request-Id"))
+    status_label = "error"
+    model_label = "unknown"
+    try:
+        body = await _read_body(request)
+        inbound = parse_inbound(
+            endpoint,
+            body,
+            request_id=request_id,
+            tenant=tenant_from(request.headers.get("X-Meridian-Tenant")),
+            origin=None,
+            known_models=relay.known_models,
+            received_at=received_at,
+        )
+        model_label = inbound.model
+        opened = await relay.open(inbound, _forward_headers(request, request_id))
+    except ApiError as err:
+        status_label = str(err.status)
+        return err.to_response({"X-Request-Id": request_id})
+    finally:
+        if status_label != "error":
+            metrics.requests.labels("http", endpoint.value, model_label, status_label).inc()
+
+    ok = False
+    try:
+        if not inbound.stream:
+            ok = True
+            return _whole_body(request_id, opened)
+        try:
+            response = await _relay_stream(request, request_id, opened)
+            ok = True
+        except _Incomplete as incomplete:
+            response = incomplete.response
+        return response
+    finally:
+        relay.finish(inbound, opened, ok, time.perf_counter())
+        metrics.requests.labels(
+            "http", endpoint.value, model_label, "200" if ok else "aborted"
+        ).inc()
+
+
+def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
+    assert opened.body is not None
+    now = time.perf_counter()
+    try:
+        usage = orjson.loads(opened.body).get("usage")
+        if isinstance(usage, dict):
+            opened.usage = usage
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    summary = opened.summary(now)
+    headers = _response_headers(request_id, opened)
+    headers["Server-Timing"] += ", " + TimingEntry("e2e", summary["e2e_ms"]).render()
+    headers["X-Meridian-Timing"] = orjson.dumps(summary).decode()
+    return web.Response(
+        status=200,
+        body=opened.body,
+        headers=headers,
+        content_type=opened.response.content_type or "application/json",
+    )
+
+
+async def _relay_stream(
+    request: web.Request, request_id: str, opened: OpenedStream
+) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers=_response_headers(request_id, opened))
+    response.content_type = "text/event-stream"
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"
+    try:
+        await response.prepare(request)
+        for event in opened.first_events:
+            if event.is_done:
+                await _end(response, opened)
+                return response
+            await response.write(event.raw)
+        async for event in opened.events():
+            if event.is_done:
+                await _end(response, opened)
+                return response
+            await response.write(event.raw)
+    except StreamBroken as broken:
+        log.warning("stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
+        request.app[METRICS].stream_errors.labels(opened.route.backend, broken.kind).inc()
+        await response.write(broken.error.sse_event())
+        await response.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+        raise _Incomplete(response) from None
+    except _CLIENT_GONE:
+        raise _Incomplete(response) from None
+    return response
+
+
+def _summary_json(opened: OpenedStream) -> str:
+    return orjson.dumps(opened.summary(time.perf_counter())).decode()
+
+
+async def _end(response: web.StreamResponse, opened: OpenedStream) -> None:
+    await response.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+
+
+class _Incomplete(Exception):
+    """The stream ended badly after headers went out; the response object is what's left."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        super().__init__("stream incomplete")
+        self.response = response
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _completion(request, Endpoint.CHAT)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _completion(request, Endpoint.COMPLETIONS)
+
+
+async def list_models(request: web.Request) -> web.Response:
+    config = request.app[CONFIG]
+    data = [
+        {"id": model, "object": "model", "created": 0, "owned_by": "meridian"}
+        for model in config.models()
+    ]
+    return web.json_response(
+        {"object": "list", "data": data}, dumps=lambda o: orjson.dumps(o).decode()
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "alive"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    relay = request.app[RELAY]
+    snapshot = relay.fleet.snapshot(time.perf_counter())
+    usable = [name for name, state in snapshot.backends.items() if state.healthy]
+    ready = bool(usable)
+    body = {
+        "ready": ready,
+        "backends_usable": len(usable),
+        "backends_total": len(snapshot.backends),
+    }
+    return web.json_response(body, status=200 if ready else 503)
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    payload = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)

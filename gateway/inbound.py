@@ -1,0 +1,171 @@
+"""Client requests, parsed just enough to route them, whichever door they came in by.
+
+The body is kept as received and forwarded upstream unchanged; only the fields routing and the
+relay need are read and type-checked here. Anything else is the backend's business (it has the
+model and validates sampling parameters itself).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from gateway.errors import ApiError, bad_request, model_not_found
+from routing import prefix
+from routing.types import LatencyClass, RequestProfile
+
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+_SANE_TENANT = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
+LONG_FORM_MIN_TOKENS = 1024  # above this many requested tokens, end-to-end time dominates
+
+
+class Endpoint(StrEnum):
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self is Endpoint.CHAT else "/v1/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRequest:
+    endpoint: Endpoint
+    body: bytes
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    request_id: str
+    tenant: str
+    profile: RequestProfile
+    received_at: float  # time.perf_counter() when the request arrived
+
+
+def request_id_from(candidate: str | None) -> str:
+    if candidate and _SANE_ID.match(candidate):
+        return candidate
+    return uuid.uuid4().hex
+
+
+def tenant_from(candidate: str | None) -> str:
+    if candidate and _SANE_TENANT.match(candidate):
+        return candidate
+    return "default"
+
+
+def _optional_int(payload: dict[str, Any], key: str) -> int | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise bad_request(f"'{key}' must be a positive integer", param=key)
+    return value
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array", param="messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise bad_request(
+                f"'messages[{index}]' must be an object with a string 'role'",
+                param=f"messages[{index}]",
+            )
+
+
+def _check_prompt(prompt: Any) -> None:
+    ok = isinstance(prompt, str) or (
+        isinstance(prompt, list)
+        and bool(prompt)
+        and (
+            all(isinstance(p, str) for p in prompt)
+            or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+        )
+    )
+    if not ok:
+        raise bad_request(
+            "'prompt' must be a string, an array of strings or an array of token ids",
+            param="prompt",
+        )
+
+
+def parse_inbound(
+    endpoint: Endpoint,
+    body: bytes,
+    *,
+    request_id: str,
+    tenant: str,
+    origin: str | None,
+    known_models: frozenset[str],
+    received_at: float,
+    block_tokens: int = prefix.DEFAULT_BLOCK_TOKENS,
+) -> InboundRequest:
+    """Validate what routing needs; raise :class:`ApiError` (4xx) for anything else."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(
+            f"request body is not valid JSON: {exc.msg}", code="invalid_json"
+        ) from None
+    if not isinstance(payload, dict):
+        raise bad_request("request body must be a JSON object")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' is required and must be a non-empty string", param="model")
+    stream = payload.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad_request("'stream' must be a boolean", param="stream")
+    stream_options = payload.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise bad_request("'stream_options' must be an object", param="stream_options")
+    include_usage = bool(stream_options and stream_options.get("include_usage"))
+    max_tokens = _optional_int(payload, "max_completion_tokens") or _optional_int(
+        payload, "max_tokens"
+    )
+
+    if endpoint is Endpoint.CHAT:
+        _check_messages(payload.get("messages"))
+        canonical = prefix.canonical_chat(payload["messages"], payload.get("tools"))
+    else:
+        _check_prompt(payload.get("prompt"))
+        canonical = prefix.canonical_completion(payload["prompt"])
+
+    if model not in known_models:
+        raise model_not_found(model)
+
+    profile = RequestProfile(
+        model=model,
+        tenant=tenant,
+        origin=origin,
+        prompt_tokens=prefix.estimate_tokens(canonical),
+        prefix_hashes=prefix.block_hashes(canonical, tenant, block_tokens),
+        max_tokens=max_tokens,
+        latency_class=(
+            LatencyClass.LONG_FORM
+            if max_tokens is not None and max_tokens >= LONG_FORM_MIN_TOKENS
+            else LatencyClass.INTERACTIVE
+        ),
+    )
+    return InboundRequest(
+        endpoint=endpoint,
+        body=body,
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens=max_tokens,
+        request_id=request_id,
+        tenant=tenant,
+        profile=profile,
+        received_at=received_at,
+    )
+
+
+__all__ = ["ApiError", "Endpoint", "InboundRequest", "parse_inbound"]

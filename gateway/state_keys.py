@@ -1,0 +1,13 @@
+"""Typed keys for what the aiohttp application carries (``app[KEY]``)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from gateway.metrics import GatewayMetrics
+from gateway.relay import Relay
+
+CONFIG = web.AppKey("config", GatewayConfig)
+RELAY = web.AppKey("relay", Relay)
+METRICS = web.AppKey("metrics", GatewayMetrics)

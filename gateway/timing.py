@@ -1,0 +1,116 @@
+"""Per-hop timing: the W3C ``Server-Timing`` header and the end-of-stream summary.
+
+Each hop writes its own entries (``gw``, ``route``, ``upstream_connect``, ``upstream_ttfb``,
+``ttft``) and keeps whatever the next hop sent, renamed ``<backend>.<name>`` so a chain of
+gateways reads as one header: ``gw;dur=0.4, ..., eu-gw.gw;dur=0.3, eu-gw.eu-1.queue;dur=30``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class TimingEntry:
+    name: str
+    dur_ms: float | None = None
+    desc: str | None = None
+
+    def render(self) -> str:
+        out = self.name
+        if self.dur_ms is not None:
+            out += f";dur={self.dur_ms:.3f}".rstrip("0").rstrip(".")
+        if self.desc is not None:
+            escaped = self.desc.replace("\\", "\\\\").replace('"', '\\"')
+            out += f';desc="{escaped}"'
+        return out
+
+
+def render(entries: Iterable[TimingEntry]) -> str:
+    return ", ".join(e.render() for e in entries)
+
+
+def _split_outside_quotes(text: str, sep: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quoted:
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == sep and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def parse(header: str) -> list[TimingEntry]:
+    """Parse a Server-Timing header leniently: malformed entries are skipped, never fatal."""
+    entries: list[TimingEntry] = []
+    for item in _split_outside_quotes(header, ","):
+        params = [p.strip() for p in _split_outside_quotes(item, ";")]
+        name = params[0] if params else ""
+        if not _TOKEN.match(name):
+            continue
+        dur: float | None = None
+        desc: str | None = None
+        for param in params[1:]:
+            key, _, value = param.partition("=")
+            key = key.strip().lower()
+            value = value.strip()
+            if key == "dur":
+                try:
+                    dur = float(value)
+                except ValueError:
+                    continue
+            elif key == "desc":
+                if len(value) >= 2 and value[0] == value[-1] == '"':
+                    value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+                desc = value
+        entries.append(TimingEntry(name, dur, desc))
+    return entries
+
+
+def label_hop(entries: Sequence[TimingEntry], hop: str) -> list[TimingEntry]:
+    prefix = hop if _TOKEN.match(hop) else re.sub(r"[^A-Za-z0-9._-]", "_", hop)
+    return [TimingEntry(f"{prefix}.{e.name}", e.dur_ms, e.desc) for e in entries]
+
+
+@dataclass(slots=True)
+class StreamStats:
+    """What a relayed stream looked like from the gateway, for the end-of-stream summary."""
+
+    started_at: float
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    gaps_ms: list[float] = field(default_factory=list)
+    output_events: int = 0
+
+    def on_token_event(self, now: float) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = now
+        elif self.last_token_at is not None:
+            self.gaps_ms.append((now - self.last_token_at) * 1000.0)
+        self.last_token_at = now
+        self.output_events += 1
+
+    def itl_percentiles(self) -> tuple[float | None, float | None, float | None]:
+        if not self.gaps_ms:
+            return None, None, None
+        ordered = sorted(self.gaps_ms)
+        return _nearest_rank(ordered, 50), _nearest_rank(ordered, 99), ordered[-1]
+
+
+def _nearest_rank(ordered: Sequence[float], pct: float) -> float:
+    rank = max(1, -(-len(ordered) * pct // 100))
+    return ordered[int(rank) - 1]

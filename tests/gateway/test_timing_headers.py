@@ -1,0 +1,115 @@
+"""SSE framing and per-hop timing, read with a raw HTTP client."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from gateway.timing import parse
+from loadtests.emulator.config import FaultConfig
+from tests.gateway.support import MODEL, config_for
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+async def _read_sse(response: aiohttp.ClientResponse) -> list[str]:
+    text = (await response.read()).decode()
+    return [block for block in text.split("\n\n") if block]
+
+
+async def test_stream_headers_and_final_timing_comment(emulator, gateway) -> None:
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            running.url + "/v1/chat/completions",
+            json={**CHAT, "max_tokens": 6},
+            headers={"X-Request-Id": "req-123", "Accept": "application/json"},
+        ) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            assert response.headers["X-Request-Id"] == "req-123"
+            route = response.headers["X-Meridian-Route"]
+            assert "backend=b1" in route and "region=local" in route and "attempts=1" in route
+            assert "kind=dedicated" in route
+            names = [e.name for e in parse(response.headers["Server-Timing"])]
+            assert names[:5] == ["gw", "route", "upstream_connect", "upstream_ttfb", "ttft"]
+            events = await _read_sse(response)
+    assert events[-1] == "data: [DONE]"
+    timing_line = events[-2]
+    assert timing_line.startswith(": meridian-timing ")
+    summary = orjson.loads(timing_line.removeprefix(": meridian-timing "))
+    assert summary["backend"] == "b1"
+    assert summary["output_tokens"] == 6
+    for key in ("ttft_ms", "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "e2e_ms"):
+        assert summary[key] is not None and summary[key] >= 0
+    assert summary["e2e_ms"] >= summary["ttft_ms"]
+    data_events = [e for e in events if e.startswith("data: {")]
+    assert len(data_events) >= 6
+
+
+async def test_generated_request_id_when_client_sends_garbage(emulator, gateway) -> None:
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            running.url + "/v1/chat/completions",
+            json={**CHAT, "stream": False},
+            headers={"X-Request-Id": "bad id with spaces\u00e9"},
+        ) as response:
+            assert response.status == 200
+            request_id = response.headers["X-Request-Id"]
+            assert request_id != "bad id with spaces\u00e9" and len(request_id) == 32
+            names = [e.name for e in parse(response.headers["Server-Timing"])]
+            assert "e2e" in names and "ttft" in names
+            summary = orjson.loads(response.headers["X-Meridian-Timing"])
+            assert summary["backend"] == "b1" and summary["output_tokens"] == 8
+            body = await response.json()
+            assert body["object"] == "chat.completion"
+
+
+async def test_headers_wait_for_the_first_token(emulator, gateway) -> None:
+    backend = await emulator("b1", faults=FaultConfig(stall_ms=400.0))
+    running = await gateway(config_for({"b1": backend.url}))
+    async with aiohttp.ClientSession() as session:
+        started = time.perf_counter()
+        async with session.post(running.url + "/v1/chat/completions", json=CHAT) as response:
+            headers_after = time.perf_counter() - started
+            ttft = {e.name: e.dur_ms for e in parse(response.headers["Server-Timing"])}["ttft"]
+            await response.read()
+    assert headers_after >= 0.39
+    assert ttft is not None and ttft >= 390
+
+
+async def test_upstream_server_timing_is_kept_as_next_hop(emulator, gateway) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Server-Timing": 'queue;dur=12.5, engine;desc="x"'})
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        chunk = {"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]}
+        await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        running = await gateway(config_for({"hop-b": f"http://127.0.0.1:{port}"}))
+        async with aiohttp.ClientSession() as session:
+            async with session.post(running.url + "/v1/chat/completions", json=CHAT) as response:
+                entries = parse(response.headers["Server-Timing"])
+                await response.read()
+        by_name = {e.name: e for e in entries}
+        assert by_name["hop-b.queue"].dur_ms == 12.5
+        assert by_name["hop-b.engine"].desc == "x"
+        assert "gw" in by_name
+    finally:
+        await runner.cleanup()
