@@ -1,0 +1,268 @@
+"""The SignalHub: owns the signal loops and hands routing a cheap, current FleetSnapshot.
+
+Write side (gateway, synchronous, microseconds): ``on_request_start`` / ``on_request_end``
+update local in-flight counts, last-traffic times and the outlier detector. Background side:
+probes, scrapes, GeoIP reloads and a once-a-second tick (readmissions, age gauges). Read side:
+``snapshot()`` returns the cached ``FleetSnapshot`` and rebuilds only the backends that changed,
+at most once every ``snapshot_min_interval_ms``, so the request path never pays for a rebuild
+it does not need and never waits on I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.signals.engine_metrics import EngineMetricsConfig, EngineMetricsScraper
+from gateway.signals.engine_signals import EngineSignals
+from gateway.signals.errors import SignalError
+from gateway.signals.geo import ClientGeo, GeoConfig, GeoLocator
+from gateway.signals.metrics import SignalMetrics
+from gateway.signals.outlier import (
+    FailureKind,
+    HealthView,
+    OutlierConfig,
+    OutlierDetector,
+    OutlierEvent,
+    OutlierEventKind,
+)
+from gateway.signals.probes import ProbeConfig, ProbeObserver, Prober, ProbeSummary
+from gateway.signals.targets import BackendTarget
+from gateway.signals.tasks import TaskOwner, run_periodically
+from routing.types import BackendState, FleetSnapshot
+
+logger = logging.getLogger(__name__)
+
+
+class SignalsConfig(BaseModel):
+    """The ``signals:`` section of Meridian's configuration."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    probes: ProbeConfig = ProbeConfig()
+    engine_metrics: EngineMetricsConfig = EngineMetricsConfig()
+    geo: GeoConfig = GeoConfig()
+    outlier: OutlierConfig = OutlierConfig()
+    snapshot_min_interval_ms: float = Field(default=5.0, ge=0)
+    tick_interval_s: float = Field(default=1.0, gt=0)
+
+
+class SignalHub(ProbeObserver):
+    def __init__(
+        self,
+        targets: Sequence[BackendTarget],
+        config: SignalsConfig,
+        *,
+        gateway_region: str | None = None,
+        region_rtt_ms: Mapping[str, float] | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._targets = {t.name: t for t in targets}
+        self._config = config
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._gateway_region = gateway_region
+        self._configured_region_rtt = dict(region_rtt_ms or {})
+        self._metrics = SignalMetrics(registry) if registry is not None else None
+        self._in_flight = dict.fromkeys(self._targets, 0)
+        self._last_traffic: dict[str, float] = {}
+        self.outlier = OutlierDetector(self._targets, config.outlier, clock)
+        self.prober = Prober(
+            targets,
+            config.probes,
+            clock=clock,
+            rng=self._rng,
+            last_traffic=self._last_traffic.get,
+            on_traffic=self._note_traffic,
+            observer=self,
+        )
+        self.scraper = EngineMetricsScraper(
+            targets, config.engine_metrics, clock=clock, rng=self._rng, observer=self
+        )
+        self.geo = GeoLocator(config.geo, rng=self._rng)
+        self._tasks = TaskOwner()
+        self._states: dict[str, BackendState] = {}
+        self._dirty: set[str] = set(self._targets)
+        self._snapshot: FleetSnapshot | None = None
+        self._built_at = float("-inf")
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.geo.start()
+        await self.prober.start()
+        await self.scraper.start()
+        self._tasks.spawn(
+            run_periodically(
+                self._tick,
+                interval_s=self._config.tick_interval_s,
+                jitter=0.0,
+                rng=self._rng,
+                name="signal-hub-tick",
+            ),
+            name="meridian-signal-hub-tick",
+        )
+
+    async def stop(self) -> None:
+        await self._tasks.stop()
+        await self.scraper.stop()
+        await self.prober.stop()
+        await self.geo.stop()
+
+    # -- write side (request path) -------------------------------------------------------
+
+    def on_request_start(self, backend: str) -> None:
+        if backend not in self._in_flight:
+            return
+        self._in_flight[backend] += 1
+        self._note_traffic(backend, self._clock())
+
+    def on_request_end(self, backend: str, ok: bool, failure: FailureKind | None = None) -> None:
+        """A request to ``backend`` finished. ``failure`` says why not, when ``ok`` is False."""
+        if backend not in self._in_flight:
+            return
+        self._in_flight[backend] = max(0, self._in_flight[backend] - 1)
+        self._note_traffic(backend, self._clock())
+        self._handle(self.outlier.record(backend, ok, failure))
+
+    def _note_traffic(self, backend: str, at: float) -> None:
+        self._last_traffic[backend] = at
+        self._dirty.add(backend)
+
+    # -- read side -----------------------------------------------------------------------
+
+    def locate(self, peer: str | None, forwarded_for: str | Sequence[str] | None) -> ClientGeo:
+        return self.geo.locate(peer, forwarded_for)
+
+    def health(self) -> HealthView:
+        return self.outlier.health()
+
+    def in_flight(self, backend: str) -> int:
+        return self._in_flight.get(backend, 0)
+
+    def snapshot(self) -> FleetSnapshot:
+        now = self._clock()
+        cached = self._snapshot
+        if cached is not None and (
+            not self._dirty
+            or (now - self._built_at) * 1000.0 < self._config.snapshot_min_interval_ms
+        ):
+            return cached
+        health = self.outlier.health()
+        probes = self.prober.summaries()
+        for name in self._dirty:
+            self._states[name] = self._state(name, health, probes.get(name), now)
+        self._dirty.clear()
+        self._snapshot = FleetSnapshot(
+            backends=dict(self._states),
+            gateway_region=self._gateway_region,
+            region_rtt_ms=self._region_rtts(),
+            taken_at=now,
+        )
+        self._built_at = now
+        return self._snapshot
+
+    def _state(
+        self, name: str, health: HealthView, probe: ProbeSummary | None, now: float
+    ) -> BackendState:
+        target = self._targets[name]
+        engine = self.scraper.latest(name)
+        rtt_at = probe.last_ok_at if probe is not None else None
+        metrics_at = engine.as_of if engine is not None else None
+        known = [at for at in (rtt_at, metrics_at) if at is not None]
+        return BackendState(
+            spec=target.spec,
+            healthy=name in health.healthy,
+            ejected_until=None if health.panic else health.ejected_until.get(name),
+            in_flight=self._in_flight[name],
+            running=engine.running if engine is not None else None,
+            waiting=engine.waiting if engine is not None else None,
+            kv_cache_usage=engine.kv_cache_usage if engine is not None else None,
+            rtt_ms=probe.rtt_ms if probe is not None else None,
+            last_traffic_at=self._last_traffic.get(name),
+            as_of=max(known) if known else 0.0,
+            rtt_as_of=rtt_at,
+            metrics_as_of=metrics_at,
+        )
+
+    def _region_rtts(self) -> dict[str, float]:
+        """Configured gateway-to-region RTTs, replaced by the best probe RTT where measured."""
+        measured: dict[str, float] = {}
+        for name, summary in self.prober.summaries().items():
+            region = self._targets[name].spec.region
+            if summary.rtt_ms is not None and summary.active_healthy:
+                measured[region] = min(measured.get(region, summary.rtt_ms), summary.rtt_ms)
+        return {**self._configured_region_rtt, **measured}
+
+    # -- observers and housekeeping -------------------------------------------------------
+
+    def on_probe(
+        self,
+        summary: ProbeSummary,
+        pooled_ms: float | None,
+        fresh_ms: float | None,
+        error: SignalError | None,
+    ) -> None:
+        self._dirty.add(summary.backend)
+        self._handle(self.outlier.set_active_health(summary.backend, summary.active_healthy))
+        if self._metrics is not None:
+            self._metrics.on_probe(summary, pooled_ms, fresh_ms, error)
+
+    def on_canary(self, summary: ProbeSummary, ttft_ms: float, cold: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.on_canary(summary, ttft_ms, cold)
+
+    def on_scrape(
+        self, backend: str, result: EngineSignals | SignalError, duration_s: float
+    ) -> None:
+        self._dirty.add(backend)
+        if self._metrics is not None:
+            self._metrics.on_scrape(backend, result, duration_s)
+
+    async def _tick(self) -> None:
+        self._handle(self.outlier.tick())
+        if self._metrics is None:
+            return
+        now = self._clock()
+        for name in self._targets:
+            probe = self.prober.summary(name)
+            last_ok = probe.last_ok_at if probe is not None else None
+            self._metrics.set_age(name, "probe", None if last_ok is None else now - last_ok)
+            engine = self.scraper.latest(name)
+            age = None if engine is None else now - engine.as_of
+            self._metrics.set_age(name, "engine_metrics", age)
+
+    def _handle(self, events: Iterable[OutlierEvent]) -> None:
+        events = list(events)
+        if not events:
+            return
+        self._dirty.update(self._targets)  # ejections and panic change every backend's view
+        for event in events:
+            _log_event(event)
+        if self._metrics is not None:
+            self._metrics.on_outlier_events(events)
+
+
+def _log_event(event: OutlierEvent) -> None:
+    if event.kind is OutlierEventKind.EJECTED:
+        until = event.until - event.at if event.until is not None else 0.0
+        logger.warning(
+            "ejected backend %s for %.0fs (ejection #%d): %s",
+            event.backend,
+            until,
+            event.ejections,
+            event.reason,
+        )
+    elif event.kind is OutlierEventKind.READMITTED:
+        logger.info("readmitted backend %s", event.backend)
+    elif event.kind is OutlierEventKind.EJECTION_SKIPPED:
+        logger.debug("not ejecting %s (cap reached): %s", event.backend, event.reason)
+    else:
+        logger.warning("outlier %s: %s", event.kind, event.reason)

@@ -1,0 +1,333 @@
+"""Active probes: a cheap round trip per backend, and an optional 1-token canary for TTFT.
+
+Each backend gets its own jittered loop; one semaphore bounds how many probes are in flight
+across the fleet. Results land in per-backend summaries (monotonic timestamps, EWMAs, the
+last error) that the request path reads synchronously.
+
+Serverless backends are not canaried unless their target says ``keep_warm``: a canary is
+real traffic, it costs money and keeps the backend from scaling to zero, which hides the cold
+starts routing must plan for. A canary that found a backend cold (idle beyond its idle
+timeout, or a TTFT far above the warm estimate) is recorded as a cold-start observation and
+kept out of the warm-TTFT estimate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
+from gateway.signals.probe_measure import (
+    TimedRequest,
+    canary_body,
+    connect_tracing,
+    timed_canary,
+    timed_get,
+)
+from gateway.signals.targets import BackendTarget
+from gateway.signals.tasks import TaskOwner, run_periodically
+
+logger = logging.getLogger(__name__)
+
+COLD_STARTS_KEPT = 8
+
+
+class CanaryConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = False
+    path: str = "/v1/chat/completions"
+    prompt: str = "Reply with one word."
+    interval_s: float = Field(default=60.0, gt=0)
+    jitter: float = Field(default=0.2, ge=0, lt=1)
+    timeout_s: float = Field(default=10.0, gt=0)
+    # A TTFT above cold_factor x the warm estimate, and by at least cold_min_excess_ms, is a
+    # cold start rather than a slow warm response.
+    cold_factor: float = Field(default=4.0, gt=1)
+    cold_min_excess_ms: float = Field(default=300.0, ge=0)
+
+
+class ProbeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    path: str = "/v1/models"
+    interval_s: float = Field(default=5.0, gt=0)
+    jitter: float = Field(default=0.2, ge=0, lt=1)
+    timeout_s: float = Field(default=2.0, gt=0)
+    concurrency: int = Field(default=8, ge=1)
+    ewma_alpha: float = Field(default=0.3, gt=0, le=1)
+    measure_fresh: bool = True  # also time a request on a new connection (connect + request)
+    unhealthy_after: int = Field(default=3, ge=1)  # consecutive failed probes
+    canary: CanaryConfig = CanaryConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class ColdStartObservation:
+    backend: str
+    at: float
+    ttft_ms: float
+    cold_start_ms: float  # the TTFT beyond the warm estimate (or beyond zero with none yet)
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSummary:
+    """Everything the probes know about one backend, as of ``last_probe_at``."""
+
+    backend: str
+    rtt_ms: float | None = None  # EWMA of pooled round trips (fresh if no pooled sample yet)
+    pooled_ms: float | None = None
+    fresh_ms: float | None = None
+    connect_ms: float | None = None
+    last_probe_at: float | None = None
+    last_ok_at: float | None = None
+    last_error: SignalError | None = None
+    consecutive_failures: int = 0
+    active_healthy: bool = True
+    probes_total: int = 0
+    failures_total: int = 0
+    warm_ttft_ms: float | None = None  # EWMA of warm canary TTFTs
+    last_canary_at: float | None = None
+    last_canary_error: SignalError | None = None
+    cold_starts: tuple[ColdStartObservation, ...] = field(default=())
+
+
+def ewma(previous: float | None, sample: float | None, alpha: float) -> float | None:
+    if sample is None:
+        return previous
+    return sample if previous is None else previous + alpha * (sample - previous)
+
+
+class Prober:
+    def __init__(
+        self,
+        targets: Sequence[BackendTarget],
+        config: ProbeConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        last_traffic: Callable[[str], float | None] = lambda _backend: None,
+        on_traffic: Callable[[str, float], None] = lambda _backend, _at: None,
+        observer: ProbeObserver | None = None,
+    ) -> None:
+        self._targets = list(targets)
+        self._config = config
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._last_traffic = last_traffic
+        self._on_traffic = on_traffic
+        self._observer = observer
+        self._summaries = {t.name: ProbeSummary(t.name) for t in self._targets}
+        self._semaphore = asyncio.Semaphore(config.concurrency)
+        self._transitions = ErrorTransitions(logger, "probe")
+        self._tasks = TaskOwner()
+        self._pooled: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
+        self.version = 0
+
+    def summary(self, backend: str) -> ProbeSummary | None:
+        return self._summaries.get(backend)
+
+    def summaries(self) -> Mapping[str, ProbeSummary]:
+        return dict(self._summaries)
+
+    def canaried(self, target: BackendTarget) -> bool:
+        if not self._config.canary.enabled or target.model_for_canary is None:
+            return False
+        return target.keep_warm or not target.is_serverless
+
+    async def start(self) -> None:
+        if not self._config.enabled or self._tasks.running:
+            return
+        self._open_sessions()
+        for target in self._targets:
+            self._spawn_loop(target, "probe", self.probe_once, self._config.interval_s)
+            if self.canaried(target):
+                canary = self._config.canary
+                self._spawn_loop(target, "canary", self.canary_once, canary.interval_s)
+
+    async def stop(self) -> None:
+        await self._tasks.stop()
+        for session in (self._pooled, self._fresh):
+            if session is not None:
+                await session.close()
+        self._pooled = self._fresh = None
+
+    def _spawn_loop(
+        self,
+        target: BackendTarget,
+        kind: str,
+        step: Callable[[BackendTarget], object],
+        interval_s: float,
+    ) -> None:
+        loop = run_periodically(
+            functools.partial(step, target),  # type: ignore[arg-type]
+            interval_s=interval_s,
+            jitter=self._config.jitter,
+            rng=self._rng,
+            name=f"{kind}:{target.name}",
+        )
+        self._tasks.spawn(loop, name=f"meridian-{kind}-{target.name}")
+
+    def _open_sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
+        if self._pooled is None or self._fresh is None:
+            tracing = [connect_tracing()]
+            self._pooled = aiohttp.ClientSession(trace_configs=tracing)
+            self._fresh = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True), trace_configs=tracing
+            )
+        return self._pooled, self._fresh
+
+    async def probe_once(self, target: BackendTarget) -> ProbeSummary:
+        """One round-trip probe now (pooled, then fresh if configured); returns the summary."""
+        pooled_session, fresh_session = self._open_sessions()
+        url, headers = target.url(self._config.path), dict(target.headers)
+        async with self._semaphore:
+            pooled = await timed_get(pooled_session, url, headers, self._config.timeout_s)
+            fresh: TimedRequest | SignalError | None = None
+            if self._config.measure_fresh and not isinstance(pooled, SignalError):
+                fresh = await timed_get(fresh_session, url, headers, self._config.timeout_s)
+        return self._record_probe(target.name, pooled, fresh)
+
+    def _record_probe(
+        self,
+        backend: str,
+        pooled: TimedRequest | SignalError,
+        fresh: TimedRequest | SignalError | None,
+    ) -> ProbeSummary:
+        alpha, now = self._config.ewma_alpha, self._clock()
+        old = self._summaries[backend]
+        error = _probe_error(pooled) or _probe_error(fresh)
+        failed = isinstance(pooled, SignalError) or (
+            isinstance(pooled, TimedRequest) and pooled.status >= 500
+        )
+        pooled_ms = fresh_ms = connect_ms = None
+        if isinstance(pooled, TimedRequest) and not failed:
+            # A "pooled" request that had to connect is really a fresh one.
+            if pooled.connect_ms is None:
+                pooled_ms = pooled.total_ms
+            else:
+                fresh_ms, connect_ms = pooled.total_ms, pooled.connect_ms
+        if isinstance(fresh, TimedRequest) and fresh.status < 500:
+            fresh_ms, connect_ms = fresh.total_ms, fresh.connect_ms
+        consecutive = old.consecutive_failures + 1 if failed else 0
+        summary = replace(
+            old,
+            pooled_ms=ewma(old.pooled_ms, pooled_ms, alpha),
+            fresh_ms=ewma(old.fresh_ms, fresh_ms, alpha),
+            connect_ms=ewma(old.connect_ms, connect_ms, alpha),
+            last_probe_at=now,
+            last_ok_at=old.last_ok_at if failed else now,
+            last_error=error,
+            consecutive_failures=consecutive,
+            active_healthy=consecutive < self._config.unhealthy_after,
+            probes_total=old.probes_total + 1,
+            failures_total=old.failures_total + (1 if failed else 0),
+        )
+        summary = replace(summary, rtt_ms=summary.pooled_ms or summary.fresh_ms)
+        self._publish(summary, error)
+        if self._observer is not None:
+            self._observer.on_probe(summary, pooled_ms, fresh_ms, error)
+        return summary
+
+    async def canary_once(self, target: BackendTarget) -> ProbeSummary:
+        """One 1-token streamed generation now; classifies it as warm TTFT or a cold start."""
+        model = target.model_for_canary
+        if model is None:
+            return self._summaries[target.name]
+        pooled_session, _ = self._open_sessions()
+        canary = self._config.canary
+        idle_for = self._idle_for(target.name)
+        async with self._semaphore:
+            ttft = await timed_canary(
+                pooled_session,
+                target.url(canary.path),
+                dict(target.headers),
+                canary_body(model, canary.prompt),
+                canary.timeout_s,
+            )
+        now = self._clock()
+        self._on_traffic(target.name, now)  # a canary is traffic: it keeps the backend warm
+        return self._record_canary(target, ttft, idle_for, now)
+
+    def _idle_for(self, backend: str) -> float | None:
+        seen = [self._last_traffic(backend), self._summaries[backend].last_canary_at]
+        known = [at for at in seen if at is not None]
+        return self._clock() - max(known) if known else None
+
+    def _record_canary(
+        self, target: BackendTarget, ttft: float | SignalError, idle_for: float | None, now: float
+    ) -> ProbeSummary:
+        old = self._summaries[target.name]
+        if isinstance(ttft, SignalError):
+            summary = replace(old, last_canary_at=now, last_canary_error=ttft)
+            self._publish(summary, None)
+            return summary
+        cold_reason = self._cold_reason(target, ttft, old.warm_ttft_ms, idle_for)
+        if cold_reason is None:
+            warm = ewma(old.warm_ttft_ms, ttft, self._config.ewma_alpha)
+            summary = replace(old, warm_ttft_ms=warm, last_canary_at=now, last_canary_error=None)
+        else:
+            excess = ttft - (old.warm_ttft_ms or 0.0)
+            cold = ColdStartObservation(target.name, now, ttft, excess, cold_reason)
+            starts = (*old.cold_starts, cold)[-COLD_STARTS_KEPT:]
+            summary = replace(old, cold_starts=starts, last_canary_at=now, last_canary_error=None)
+            logger.info("canary found backend %s cold: %s", target.name, cold_reason)
+        self._publish(summary, None)
+        if self._observer is not None:
+            self._observer.on_canary(summary, ttft, cold_reason is not None)
+        return summary
+
+    def _cold_reason(
+        self, target: BackendTarget, ttft: float, warm: float | None, idle_for: float | None
+    ) -> str | None:
+        idle_timeout = target.spec.idle_timeout_s
+        if not target.is_serverless and idle_timeout is None:
+            return None  # always-on backends do not go cold; a slow answer is just slow
+        if idle_timeout is not None and (idle_for is None or idle_for > idle_timeout):
+            idle = "never used" if idle_for is None else f"idle {idle_for:.0f}s"
+            return f"{idle} > idle timeout {idle_timeout:.0f}s"
+        canary = self._config.canary
+        far_above = warm is not None and ttft > canary.cold_factor * warm
+        if far_above and warm is not None and ttft - warm >= canary.cold_min_excess_ms:
+            return f"TTFT {ttft:.0f}ms vs warm {warm:.0f}ms"
+        return None
+
+    def _publish(self, summary: ProbeSummary, error: SignalError | None) -> None:
+        self._summaries[summary.backend] = summary
+        self._transitions.update(summary.backend, error)
+        self.version += 1
+
+
+def _probe_error(result: TimedRequest | SignalError | None) -> SignalError | None:
+    if isinstance(result, SignalError):
+        return result
+    if result is not None and result.status >= 400:
+        hint = "backend error" if result.status >= 500 else "check the probe path and headers"
+        return SignalError(SignalErrorKind.HTTP_STATUS, f"probe got HTTP {result.status} ({hint})")
+    return None
+
+
+class ProbeObserver:
+    """Hooks for metrics; the defaults do nothing."""
+
+    def on_probe(
+        self,
+        summary: ProbeSummary,
+        pooled_ms: float | None,
+        fresh_ms: float | None,
+        error: SignalError | None,
+    ) -> None:
+        return None
+
+    def on_canary(self, summary: ProbeSummary, ttft_ms: float, cold: bool) -> None:
+        return None
