@@ -16,7 +16,7 @@ from netaddr import IPSet
 
 
 @dataclass(frozen=True, slots=True)
-class TestNetwork:
+class FixtureNetwork:
     cidr: str
     country: str
     continent: str
@@ -24,11 +24,11 @@ class TestNetwork:
     longitude: float | None = None
 
 
-FRANKFURT = TestNetwork("192.0.2.0/24", "DE", "EU", 50.11, 8.68)
-VIRGINIA = TestNetwork("198.51.100.0/24", "US", "NA", 38.9, -77.0)
-TOKYO = TestNetwork("203.0.113.0/24", "JP", "AS", 35.68, 139.69)
-BRAZIL_NO_LOCATION = TestNetwork("100.64.0.0/24", "BR", "SA")
-IPV6_PARIS = TestNetwork("2001:db8::/48", "FR", "EU", 48.86, 2.35)
+FRANKFURT = FixtureNetwork("192.0.2.0/24", "DE", "EU", 50.11, 8.68)
+VIRGINIA = FixtureNetwork("198.51.100.0/24", "US", "NA", 38.9, -77.0)
+TOKYO = FixtureNetwork("203.0.113.0/24", "JP", "AS", 35.68, 139.69)
+BRAZIL_NO_LOCATION = FixtureNetwork("100.64.0.0/24", "BR", "SA")
+IPV6_PARIS = FixtureNetwork("2001:db8::/48", "FR", "EU", 48.86, 2.35)
 
 DEFAULT_NETWORKS = (FRANKFURT, VIRGINIA, TOKYO, BRAZIL_NO_LOCATION, IPV6_PARIS)
 
@@ -47,7 +47,7 @@ TEST_REGIONS = {
 }
 
 
-def _record(network: TestNetwork) -> dict[str, object]:
+def _record(network: FixtureNetwork) -> dict[str, object]:
     record: dict[str, object] = {
         "country": {"iso_code": network.country, "names": {"en": network.country}},
         "continent": {"code": network.continent, "names": {"en": network.continent}},
@@ -57,7 +57,7 @@ def _record(network: TestNetwork) -> dict[str, object]:
     return record
 
 
-def write_city_db(path: Path, networks: Iterable[TestNetwork] = DEFAULT_NETWORKS) -> Path:
+def write_city_db(path: Path, networks: Iterable[FixtureNetwork] = DEFAULT_NETWORKS) -> Path:
     """Write a GeoLite2-City-shaped database (IPv6 tree, IPv4 mapped) and return its path."""
     writer = MMDBWriter(
         ip_version=6,

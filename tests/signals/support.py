@@ -107,8 +107,11 @@ class CannedBackend:
         self.requests[path] = self.requests.get(path, 0) + 1
 
 
+BACKEND = web.AppKey("backend", CannedBackend)
+
+
 async def _metrics(request: web.Request) -> web.StreamResponse:
-    backend: CannedBackend = request.app["backend"]
+    backend: CannedBackend = request.app[BACKEND]
     backend.count("/metrics")
     await asyncio.sleep(backend.metrics_delay_s)
     if backend.huge_metrics_bytes:
@@ -127,7 +130,7 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
 
 
 async def _models(request: web.Request) -> web.Response:
-    backend: CannedBackend = request.app["backend"]
+    backend: CannedBackend = request.app[BACKEND]
     backend.count("/v1/models")
     await asyncio.sleep(backend.models_delay_s)
     return web.json_response(
@@ -136,7 +139,7 @@ async def _models(request: web.Request) -> web.Response:
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
-    backend: CannedBackend = request.app["backend"]
+    backend: CannedBackend = request.app[BACKEND]
     backend.count("/v1/chat/completions")
     await request.read()
     if backend.canary_status != 200:
@@ -156,7 +159,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 async def canned_backend(backend: CannedBackend | None = None) -> AsyncIterator[CannedBackend]:
     backend = backend or CannedBackend()
     app = web.Application()
-    app["backend"] = backend
+    app[BACKEND] = backend
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/chat/completions", _chat)

@@ -1,0 +1,180 @@
+"""Active probes and canaries against real HTTP servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway.signals.errors import SignalErrorKind
+from gateway.signals.probes import CanaryConfig, ProbeConfig, Prober
+from routing.types import BackendKind
+from tests.signals.support import CannedBackend, FakeClock, canned_backend, closed_port_url, target
+
+
+def probe_config(**overrides: object) -> ProbeConfig:
+    return ProbeConfig.model_validate({"timeout_s": 0.5, "ewma_alpha": 1.0, **overrides})
+
+
+async def test_round_trip_measures_pooled_and_fresh_connections():
+    async with canned_backend(CannedBackend(models_delay_s=0.03)) as backend:
+        t = target("b", backend.url)
+        prober = Prober([t], probe_config())
+        first = await prober.probe_once(t)
+        # The pooled session had no connection yet: that sample counts as fresh, not pooled.
+        assert first.pooled_ms is None and first.fresh_ms is not None
+        second = await prober.probe_once(t)
+        await prober.stop()
+    assert second.pooled_ms is not None and second.rtt_ms == second.pooled_ms
+    assert 30.0 <= second.pooled_ms < 300.0  # the server's 30 ms delay plus loopback
+    assert second.fresh_ms is not None and second.connect_ms is not None
+    assert second.connect_ms < second.fresh_ms
+    assert second.last_error is None and second.active_healthy
+    assert backend.requests["/v1/models"] == 4  # pooled + fresh, twice
+
+
+async def test_timeouts_and_5xx_make_a_backend_unhealthy_after_n_in_a_row(caplog):
+    caplog.set_level(logging.INFO, logger="gateway.signals.probes")
+    async with canned_backend(CannedBackend(models_delay_s=1.0)) as backend:
+        t = target("b", backend.url)
+        prober = Prober([t], probe_config(timeout_s=0.1, unhealthy_after=3))
+        for expected_healthy in (True, True, False):
+            summary = await prober.probe_once(t)
+            assert summary.active_healthy is expected_healthy
+        assert summary.last_error is not None
+        assert summary.last_error.kind is SignalErrorKind.TIMEOUT
+        backend.models_delay_s, backend.models_status = 0.0, 503
+        summary = await prober.probe_once(t)
+        assert summary.consecutive_failures == 4
+        assert summary.last_error is not None and "HTTP 503" in summary.last_error.message
+        backend.models_status = 200
+        summary = await prober.probe_once(t)
+        await prober.stop()
+    assert summary.active_healthy and summary.consecutive_failures == 0
+    assert summary.failures_total == 4 and summary.probes_total == 5
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3, messages  # timeout, then http_status, then recovered
+
+
+async def test_4xx_is_reported_but_does_not_fail_health():
+    async with canned_backend(CannedBackend(models_status=404)) as backend:
+        t = target("b", backend.url)
+        prober = Prober([t], probe_config(unhealthy_after=1))
+        summary = await prober.probe_once(t)
+        await prober.stop()
+    assert summary.active_healthy and summary.rtt_ms is not None  # the round trip happened
+    assert summary.last_error is not None and "probe path" in summary.last_error.message
+
+
+async def test_unreachable_backend():
+    url = closed_port_url()
+    t = target("b", url)
+    prober = Prober([t], probe_config(unhealthy_after=1))
+    summary = await prober.probe_once(t)
+    await prober.stop()
+    assert not summary.active_healthy
+    assert summary.last_error is not None and summary.last_error.kind is SignalErrorKind.CONNECT
+
+
+def canary_config(**overrides: object) -> ProbeConfig:
+    canary = CanaryConfig.model_validate({"enabled": True, "timeout_s": 2.0, **overrides})
+    return probe_config(canary=canary)
+
+
+async def test_canary_measures_ttft_after_the_role_preamble():
+    async with canned_backend(CannedBackend(canary_ttft_s=0.08)) as backend:
+        t = target("b", backend.url)
+        prober = Prober([t], canary_config())
+        summary = await prober.canary_once(t)
+        await prober.stop()
+    assert summary.warm_ttft_ms is not None and 80.0 <= summary.warm_ttft_ms < 500.0
+    assert summary.cold_starts == () and summary.last_canary_error is None
+
+
+async def test_canary_errors_are_values():
+    async with canned_backend(CannedBackend(canary_status=500)) as backend:
+        t = target("b", backend.url)
+        prober = Prober([t], canary_config())
+        summary = await prober.canary_once(t)
+        await prober.stop()
+    assert summary.last_canary_error is not None
+    assert summary.last_canary_error.kind is SignalErrorKind.HTTP_STATUS
+    assert summary.warm_ttft_ms is None
+
+
+async def test_serverless_backends_are_canaried_only_when_kept_warm():
+    async with canned_backend() as backend:
+        dedicated = target("d", backend.url)
+        serverless = target("s", backend.url, kind=BackendKind.SERVERLESS)
+        warm = target("w", backend.url, kind=BackendKind.SERVERLESS, keep_warm=True)
+        prober = Prober([dedicated, serverless, warm], canary_config(interval_s=0.05))
+        assert [prober.canaried(t) for t in (dedicated, serverless, warm)] == [True, False, True]
+        await prober.start()
+        for _ in range(100):
+            if backend.requests.get("/v1/chat/completions", 0) >= 4:
+                break
+            await asyncio.sleep(0.02)
+        await prober.stop()
+    summaries = prober.summaries()
+    assert summaries["s"].last_canary_at is None
+    assert summaries["d"].last_canary_at is not None
+    assert summaries["w"].last_canary_at is not None
+
+
+async def test_cold_canary_is_a_cold_start_not_warm_latency():
+    clock = FakeClock()
+    traffic: list[tuple[str, float]] = []
+    async with canned_backend(CannedBackend(canary_ttft_s=0.01)) as backend:
+        t = target(
+            "s", backend.url, kind=BackendKind.SERVERLESS, idle_timeout_s=60.0, keep_warm=True
+        )
+        prober = Prober(
+            [t], canary_config(), clock=clock, on_traffic=lambda b, at: traffic.append((b, at))
+        )
+        first = await prober.canary_once(t)  # never seen traffic: it was cold
+        assert len(first.cold_starts) == 1 and first.warm_ttft_ms is None
+        assert "never used" in first.cold_starts[0].reason
+        clock.advance(10.0)
+        warm = await prober.canary_once(t)
+        assert warm.warm_ttft_ms is not None and len(warm.cold_starts) == 1
+        clock.advance(61.0)  # idle beyond the timeout: scaled to zero
+        idle = await prober.canary_once(t)
+        assert len(idle.cold_starts) == 2 and "idle 61s" in idle.cold_starts[1].reason
+        assert idle.warm_ttft_ms == warm.warm_ttft_ms
+        await prober.stop()
+    assert [b for b, _ in traffic] == ["s", "s", "s"]  # canaries count as traffic
+
+
+async def test_ttft_far_above_warm_is_cold_for_serverless_only():
+    async with canned_backend(CannedBackend(canary_ttft_s=0.01)) as backend:
+        serverless = target("s", backend.url, kind=BackendKind.SERVERLESS, keep_warm=True)
+        dedicated = target("d", backend.url)
+        prober = Prober([serverless, dedicated], canary_config(cold_min_excess_ms=200.0))
+        for t in (serverless, dedicated):
+            await prober.canary_once(t)
+        backend.canary_ttft_s = 0.4
+        slow_serverless = await prober.canary_once(serverless)
+        slow_dedicated = await prober.canary_once(dedicated)
+        await prober.stop()
+    assert len(slow_serverless.cold_starts) == 1
+    assert slow_serverless.cold_starts[0].cold_start_ms > 300.0
+    assert slow_serverless.warm_ttft_ms is not None and slow_serverless.warm_ttft_ms < 100.0
+    assert slow_dedicated.cold_starts == ()
+    assert slow_dedicated.warm_ttft_ms is not None and slow_dedicated.warm_ttft_ms > 400.0
+
+
+async def test_start_stop_leaves_no_tasks_and_bounds_concurrency():
+    async with canned_backend(CannedBackend(models_delay_s=0.05)) as backend:
+        targets = [target(f"b{i}", backend.url) for i in range(6)]
+        prober = Prober(targets, probe_config(interval_s=0.02, concurrency=2, measure_fresh=False))
+        await prober.start()
+        assert len(ours()) == 6
+        await asyncio.sleep(0.4)
+        await prober.stop()
+        assert ours() == []
+        probes = backend.requests["/v1/models"]
+    # Six loops every ~20 ms would make ~120 probes; two at a time of 50 ms allow ~16.
+    assert 4 <= probes <= 20
+
+
+def ours() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("meridian-")]
