@@ -1,0 +1,181 @@
+"""Fleet files: regions, the round-trip matrix between them, client populations, backends.
+
+A fleet file is validated as a whole; an error names the file and the key path
+(``backends[2] (eu-serverless).engine.cold_start_ms: ...``) so an operator can fix it at once.
+Each backend's ``engine`` overlays ``defaults.engine`` key by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from loadtests.emulator.config import EmulatedBackendConfig, EngineParams, FaultConfig
+from routing.types import BackendKind
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ClientPopulation(_Strict):
+    region: str
+    weight: float = Field(default=1.0, gt=0, description="share of traffic from here")
+
+
+class FleetDefaults(_Strict):
+    models: Sequence[str] = ("emulated-model",)
+    engine: Mapping[str, Any] = Field(default_factory=dict)
+    faults: Mapping[str, Any] = Field(default_factory=dict)
+
+
+class BackendEntry(_Strict):
+    name: str = Field(min_length=1)
+    region: str
+    kind: BackendKind = BackendKind.DEDICATED
+    models: Sequence[str] | None = None
+    engine: EngineParams = EngineParams.model_validate({})
+    faults: FaultConfig = FaultConfig.model_validate({})
+    seed: int | None = None
+    rtt_ms: float | None = Field(default=None, ge=0, description="override the region matrix")
+
+
+class FleetFile(_Strict):
+    name: str = "fleet"
+    description: str = ""
+    regions: Sequence[str] = Field(min_length=1)
+    # rtt_ms[a][b]: round trip between regions a and b; one direction is enough.
+    rtt_ms: Mapping[str, Mapping[str, float]] = Field(default_factory=dict)
+    intra_region_rtt_ms: float = Field(default=1.0, ge=0)
+    clients: Mapping[str, ClientPopulation] = Field(default_factory=dict)
+    defaults: FleetDefaults = FleetDefaults()
+    backends: Sequence[BackendEntry] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _overlay_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or not isinstance(data.get("backends"), list):
+            return data
+        defaults = data.get("defaults") or {}
+        base_engine = defaults.get("engine") or {} if isinstance(defaults, Mapping) else {}
+        base_faults = defaults.get("faults") or {} if isinstance(defaults, Mapping) else {}
+        backends = []
+        for entry in data["backends"]:
+            if isinstance(entry, Mapping):
+                entry = dict(entry)
+                entry["engine"] = {**base_engine, **(entry.get("engine") or {})}
+                entry["faults"] = {**base_faults, **(entry.get("faults") or {})}
+            backends.append(entry)
+        return {**data, "backends": backends}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FleetFile:
+        known = set(self.regions)
+        for a, row in self.rtt_ms.items():
+            for b, value in row.items():
+                if a not in known or b not in known:
+                    raise ValueError(f"rtt_ms.{a}.{b}: unknown region (regions: {sorted(known)})")
+                if value < 0:
+                    raise ValueError(f"rtt_ms.{a}.{b}: must be >= 0, got {value}")
+        for a in known:
+            for b in known - {a}:
+                if self._lookup(a, b) is None:
+                    raise ValueError(f"rtt_ms: no round trip between {a} and {b}")
+        for key, population in self.clients.items():
+            if population.region not in known:
+                raise ValueError(f"clients.{key}.region: unknown region {population.region!r}")
+        names: set[str] = set()
+        for i, backend in enumerate(self.backends):
+            if backend.region not in known:
+                raise ValueError(f"backends[{i}].region: unknown region {backend.region!r}")
+            if backend.name in names:
+                raise ValueError(f"backends[{i}].name: duplicate backend name {backend.name!r}")
+            names.add(backend.name)
+        return self
+
+    def _lookup(self, a: str, b: str) -> float | None:
+        forward = self.rtt_ms.get(a, {}).get(b)
+        return forward if forward is not None else self.rtt_ms.get(b, {}).get(a)
+
+    def rtt(self, a: str, b: str) -> float:
+        """Round trip in ms between two regions (symmetric)."""
+        value = self._lookup(a, b)
+        if value is None:
+            return self.intra_region_rtt_ms if a == b else 0.0
+        return value
+
+    def backend_configs(self, from_region: str | None = None) -> list[EmulatedBackendConfig]:
+        """Backends as seen from ``from_region`` (its RTT to each); None = no added distance."""
+        configs = []
+        for i, entry in enumerate(self.backends):
+            rtt = entry.rtt_ms
+            if rtt is None:
+                rtt = self.rtt(from_region, entry.region) if from_region is not None else 0.0
+            configs.append(
+                EmulatedBackendConfig(
+                    name=entry.name,
+                    models=tuple(entry.models or self.defaults.models),
+                    region=entry.region,
+                    kind=entry.kind,
+                    engine=entry.engine,
+                    faults=entry.faults,
+                    rtt_ms=rtt,
+                    seed=entry.seed if entry.seed is not None else i,
+                )
+            )
+        return configs
+
+
+@dataclass(frozen=True, slots=True)
+class FleetError:
+    kind: str  # "unreadable" | "invalid"
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _key_path(loc: tuple[int | str, ...], raw: Any) -> str:
+    parts: list[str] = []
+    node = raw
+    for item in loc:
+        if isinstance(item, int):
+            name = node[item].get("name") if _indexable(node, item) else None
+            parts.append(f"[{item}]" + (f" ({name})" if isinstance(name, str) else ""))
+        else:
+            parts.append(f".{item}" if parts else str(item))
+        node = _child(node, item)
+    return "".join(parts) or "(top level)"
+
+
+def _indexable(node: Any, index: int) -> bool:
+    return isinstance(node, list) and index < len(node) and isinstance(node[index], Mapping)
+
+
+def _child(node: Any, key: int | str) -> Any:
+    if isinstance(node, list) and isinstance(key, int) and key < len(node):
+        return node[key]
+    if isinstance(node, Mapping):
+        return node.get(key)
+    return None
+
+
+def load_fleet(path: str | Path) -> FleetFile | FleetError:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        return FleetError("unreadable", f"{path}: cannot read fleet file: {exc}")
+    try:
+        return FleetFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = _key_path(tuple(error["loc"]), raw)
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"{path}: {where}: {message}")
+        return FleetError("invalid", "\n".join(problems))

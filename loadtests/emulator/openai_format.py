@@ -1,0 +1,208 @@
+"""OpenAI wire format as vLLM's server speaks it: request parsing, chunks, bodies, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from routing.prefix import canonical_chat, canonical_completion, estimate_tokens
+
+# Deterministic output text: token i of every answer is WORDS[i % len(WORDS)].
+WORDS = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", ".")
+
+
+class Endpoint(StrEnum):
+    CHAT = "chat"
+    COMPLETION = "completion"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiError:
+    status: int
+    type: str
+    message: str
+    param: str | None = None
+
+    def body(self) -> bytes:
+        error = {"message": self.message, "type": self.type, "param": self.param}
+        return orjson.dumps({"error": {**error, "code": self.status}})
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    endpoint: Endpoint
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    canonical: bytes
+    prompt_tokens: int
+
+
+def bad_request(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, "BadRequestError", message, param)
+
+
+def model_not_found(model: str) -> ApiError:
+    return ApiError(404, "NotFoundError", f"The model `{model}` does not exist.", "model")
+
+
+def _optional_positive_int(body: Mapping[str, Any], key: str) -> int | ApiError | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return bad_request(f"{key} must be a positive integer, got {value!r}", key)
+    return value
+
+
+def _canonical_prompt(body: Mapping[str, Any], endpoint: Endpoint) -> bytes | ApiError:
+    if endpoint is Endpoint.CHAT:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return bad_request("messages must be a non-empty list", "messages")
+        if not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in messages):
+            return bad_request("every message must be an object with a string role", "messages")
+        return canonical_chat(messages, body.get("tools"))
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str | list) or (isinstance(prompt, list) and not prompt):
+        return bad_request("prompt must be a string or a non-empty list", "prompt")
+    return canonical_completion(prompt)
+
+
+def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool] | ApiError:
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        return bad_request("stream must be a boolean", "stream")
+    options = body.get("stream_options")
+    if options is None:
+        return stream, False
+    if not stream:
+        return bad_request("Stream options can only be defined when `stream=True`.", "stream")
+    if not isinstance(options, Mapping):
+        return bad_request("stream_options must be an object", "stream_options")
+    return stream, bool(options.get("include_usage", False))
+
+
+def parse_request(body: object, endpoint: Endpoint, max_model_len: int) -> ParsedRequest | ApiError:
+    if not isinstance(body, Mapping):
+        return bad_request("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return bad_request("model must be a non-empty string", "model")
+    flags = _stream_flags(body)
+    if isinstance(flags, ApiError):
+        return flags
+    max_tokens = _optional_positive_int(body, "max_tokens")
+    if max_tokens is None and endpoint is Endpoint.CHAT:
+        max_tokens = _optional_positive_int(body, "max_completion_tokens")
+    if isinstance(max_tokens, ApiError):
+        return max_tokens
+    canonical = _canonical_prompt(body, endpoint)
+    if isinstance(canonical, ApiError):
+        return canonical
+    prompt_tokens = max(estimate_tokens(canonical), 1)
+    if prompt_tokens + (max_tokens or 0) > max_model_len:
+        return bad_request(
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_tokens + (max_tokens or 0)} tokens ({prompt_tokens} in the "
+            f"messages, {max_tokens or 0} in the completion). Please reduce the length of the "
+            "messages or completion.",
+            "max_tokens",
+        )
+    return ParsedRequest(endpoint, model, flags[0], flags[1], max_tokens, canonical, prompt_tokens)
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseIdentity:
+    id: str
+    created: int
+    model: str
+    endpoint: Endpoint
+
+    @property
+    def chunk_object(self) -> str:
+        return "chat.completion.chunk" if self.endpoint is Endpoint.CHAT else "text_completion"
+
+    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+    def sse(self, payload: dict[str, Any]) -> bytes:
+        return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+    def role_chunk(self) -> bytes:
+        """vLLM's first chat chunk: the assistant role with empty content."""
+        delta = {"role": "assistant", "content": ""}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self.sse(self._envelope(self.chunk_object, [choice]))
+
+    def token_chunk(self, index: int, finish_reason: str | None) -> bytes:
+        text = WORDS[index % len(WORDS)]
+        choice: dict[str, Any]
+        if self.endpoint is Endpoint.CHAT:
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None}
+        choice["finish_reason"] = finish_reason
+        if finish_reason is not None:
+            choice["stop_reason"] = None
+        return self.sse(self._envelope(self.chunk_object, [choice]))
+
+    def usage_chunk(self, prompt: int, completion: int, cached: int) -> bytes:
+        payload = self._envelope(self.chunk_object, [])
+        payload["usage"] = usage(prompt, completion, cached)
+        return self.sse(payload)
+
+    def full_body(self, prompt: int, completion: int, cached: int, finish_reason: str) -> bytes:
+        text = "".join(WORDS[i % len(WORDS)] for i in range(completion))
+        choice: dict[str, Any] = {"index": 0, "logprobs": None}
+        if self.endpoint is Endpoint.CHAT:
+            choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
+            obj = "chat.completion"
+        else:
+            choice["text"] = text
+            obj = "text_completion"
+        choice.update(finish_reason=finish_reason, stop_reason=None)
+        payload = self._envelope(obj, [choice])
+        payload["usage"] = usage(prompt, completion, cached)
+        return orjson.dumps(payload)
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def models_body(models: tuple[str, ...], created: int, max_model_len: int) -> bytes:
+    data = [
+        {
+            "id": model,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": model,
+            "parent": None,
+            "max_model_len": max_model_len,
+        }
+        for model in models
+    ]
+    return orjson.dumps({"object": "list", "data": data})

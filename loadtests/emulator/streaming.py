@@ -1,0 +1,169 @@
+"""One generation's life on the wire: submit to the engine, relay its events, clean up.
+
+A client that goes away (aiohttp cancels the handler, or a write finds the socket reset) makes
+the sequence leave the engine at once, whatever phase it is in, and counts as cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from loadtests.emulator.engine import Event, EventKind, SequenceRequest
+from loadtests.emulator.faults import FaultPlan
+from loadtests.emulator.openai_format import DONE, Endpoint, ParsedRequest, ResponseIdentity
+from routing.prefix import block_hashes
+
+if TYPE_CHECKING:
+    from loadtests.emulator.server import EmulatedBackend
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+@dataclass(slots=True)
+class GenerationContext:
+    backend: EmulatedBackend
+    parsed: ParsedRequest
+    seq_id: int
+    max_tokens: int
+    queue: asyncio.Queue[Event]
+    submitted_at: float
+    identity: ResponseIdentity
+    tokens: int = 0
+    cached_tokens: int = 0
+    last_token_at: float = 0.0
+    settled: bool = field(default=False)
+
+    @classmethod
+    def start(
+        cls, backend: EmulatedBackend, parsed: ParsedRequest, plan: FaultPlan
+    ) -> GenerationContext:
+        engine = backend.config.engine
+        seq_id = backend.next_seq_id()
+        max_tokens = parsed.max_tokens or engine.default_output_tokens
+        hashes = block_hashes(parsed.canonical, tenant="default", block_tokens=engine.block_tokens)
+        request = SequenceRequest(
+            seq_id, parsed.prompt_tokens, max_tokens, hashes,
+            stall_s=plan.stall_s, drip_s=plan.drip_s, die_after_tokens=plan.die_after_tokens,
+        )  # fmt: skip
+        submitted_at = backend.driver.now()
+        queue = backend.driver.submit(request)
+        prefix = "chatcmpl" if parsed.endpoint is Endpoint.CHAT else "cmpl"
+        identity = ResponseIdentity(
+            f"{prefix}-{backend.config.name}-{seq_id}", int(time.time()), parsed.model,
+            parsed.endpoint,
+        )  # fmt: skip
+        return cls(backend, parsed, seq_id, max_tokens, queue, submitted_at, identity)
+
+    @property
+    def finish_reason(self) -> str:
+        # An explicit max_tokens is generated in full (like ignore_eos); otherwise "EOS" came.
+        return "length" if self.parsed.max_tokens is not None else "stop"
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Engine events, each released when it would reach the client (half an RTT later)."""
+        loop = asyncio.get_running_loop()
+        half_rtt = self.backend.half_rtt_s
+        while True:
+            event = await self.queue.get()
+            delay = event.time + half_rtt - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._observe(event)
+            yield event
+            if event.kind in (EventKind.FINISHED, EventKind.FAILED):
+                return
+
+    def _observe(self, event: Event) -> None:
+        metrics = self.backend.metrics
+        model = self.parsed.model
+        if event.kind is EventKind.FIRST_TOKEN:
+            metrics.ttft.labels(model).observe(event.time - self.submitted_at)
+            metrics.prompt_tokens.labels(model).inc(self.parsed.prompt_tokens)
+        elif event.kind is EventKind.TOKEN:
+            metrics.itl.labels(model).observe(event.time - self.last_token_at)
+        elif event.kind is EventKind.FINISHED:
+            metrics.e2e.labels(model).observe(event.time - self.submitted_at)
+            metrics.request_success.labels(model, self.finish_reason).inc()
+        if event.kind in (EventKind.FIRST_TOKEN, EventKind.TOKEN):
+            metrics.generation_tokens.labels(model).inc()
+            self.tokens = event.tokens
+            self.cached_tokens = event.cached_tokens
+            self.last_token_at = event.time
+
+    def completed(self) -> None:
+        self.settled = True
+        self.backend.stats.completed += 1
+
+    def failed(self, request: web.Request) -> None:
+        """Injected death: drop the connection with no terminator, as a crashed engine would."""
+        self.settled = True
+        self.backend.stats.errors += 1
+        drop_connection(request)
+
+    def abandoned(self) -> None:
+        if not self.settled:
+            self.settled = True
+            self.backend.driver.cancel(self.seq_id)
+            self.backend.stats.cancelled += 1
+
+
+def drop_connection(request: web.Request) -> None:
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:  # linger 0: the close sends RST, not a polite FIN
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+async def respond_stream(request: web.Request, ctx: GenerationContext) -> web.StreamResponse:
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    identity = ctx.identity
+    try:
+        await asyncio.sleep(ctx.backend.half_rtt_s)
+        await response.prepare(request)
+        if ctx.parsed.endpoint is Endpoint.CHAT:
+            await response.write(identity.role_chunk())
+        async for event in ctx.events():
+            if event.kind is EventKind.FAILED:
+                ctx.failed(request)
+                return response
+            if event.kind is not EventKind.FINISHED:
+                last = event.tokens >= ctx.max_tokens
+                finish = ctx.finish_reason if last else None
+                await response.write(identity.token_chunk(event.tokens - 1, finish))
+        if ctx.parsed.include_usage:
+            prompt = ctx.parsed.prompt_tokens
+            await response.write(identity.usage_chunk(prompt, ctx.tokens, ctx.cached_tokens))
+        await response.write(DONE)
+        ctx.completed()
+        await response.write_eof()
+        return response
+    except (asyncio.CancelledError, ConnectionError):
+        ctx.abandoned()
+        raise
+
+
+async def respond_complete(request: web.Request, ctx: GenerationContext) -> web.StreamResponse:
+    try:
+        async for event in ctx.events():
+            if event.kind is EventKind.FAILED:
+                ctx.failed(request)
+                return web.Response(status=500)  # never sent: the connection is gone
+        body = ctx.identity.full_body(
+            ctx.parsed.prompt_tokens, ctx.tokens, ctx.cached_tokens, ctx.finish_reason
+        )
+        ctx.completed()
+        return web.Response(body=body, content_type="application/json")
+    except (asyncio.CancelledError, ConnectionError):
+        ctx.abandoned()
+        raise

@@ -1,0 +1,39 @@
+"""Helpers for the emulator's real-socket tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import orjson
+
+
+async def raw_post(
+    url: str, path: str, body: dict[str, object]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Send a POST by hand so a test can hang up at exactly the moment it wants."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    payload = orjson.dumps(body)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    )
+    writer.write(head.encode() + payload)
+    await writer.drain()
+    return reader, writer
+
+
+async def wait_until(predicate: Callable[[], bool], within: float = 1.0) -> float:
+    """Seconds until ``predicate()`` held; fails the test after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not predicate():
+        if loop.time() - start > within:
+            raise AssertionError(f"condition not met within {within} s")
+        await asyncio.sleep(0.005)
+    return loop.time() - start
+
+
+def chat(prompt: str = "hello", **extra: object) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": prompt}], **extra}
