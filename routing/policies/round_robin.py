@@ -1,41 +1,46 @@
-"""Round-robin among backends that serve the model: the simplest honest baseline."""
+"""Round-robin among eligible backends: the simplest honest baseline."""
 
 from __future__ import annotations
 
-from routing.types import Candidate, Decision, FleetSnapshot, Observation, Rejection, RequestProfile
+import numpy as np
+
+from routing.pipeline.filters import default_filters
+from routing.pipeline.pickers import BestPicker
+from routing.pipeline.router import PipelineRouter
+from routing.pipeline.scoring import ScoreContext, Scores, StatelessScorer
+from routing.policies.params import CommonParams
 
 
-class RoundRobinRouter:
-    name = "round_robin"
+class RoundRobinScorer(StatelessScorer):
+    """Scores each eligible backend by how many turns away it is (0 = its turn now)."""
 
     def __init__(self) -> None:
-        self._next = 0
+        self.turn = 0
 
-    def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
-        eligible: list[str] = []
-        rejected: list[Rejection] = []
-        for name in sorted(fleet.backends):
-            state = fleet.backends[name]
-            if profile.model not in state.spec.models:
-                rejected.append(Rejection(name, "serves_model", f"does not serve {profile.model}"))
-            elif name in profile.exclude:
-                rejected.append(Rejection(name, "not_visited", "already on this request's path"))
-            elif not state.healthy or (
-                state.ejected_until is not None and state.ejected_until > now
-            ):
-                rejected.append(Rejection(name, "healthy", "unhealthy or ejected"))
-            else:
-                eligible.append(name)
-        if not eligible:
-            return Decision(self.name, (), tuple(rejected))
-        start = self._next % len(eligible)
-        self._next += 1
-        order = eligible[start:] + eligible[:start]
-        ranked = tuple(
-            Candidate(backend=name, score=float(rank), reason="round-robin turn")
-            for rank, name in enumerate(order)
+    def score(self, ctx: ScoreContext) -> Scores:
+        size = len(ctx.rows)
+        values = (np.arange(size, dtype=np.float64) - self.turn % size) % size
+        return Scores(values, "turns until its round-robin slot")
+
+    def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
+        self.turn += 1
+
+
+class RoundRobinRouter(PipelineRouter):
+    name = "round_robin"
+
+    def __init__(self, params: CommonParams | None = None, rng_seed: int = 0) -> None:
+        params = params or CommonParams()
+        super().__init__(
+            "round_robin",
+            default_filters(params.max_queue_ratio),
+            RoundRobinScorer(),
+            BestPicker(),
+            rng_seed,
+            max_ranked=params.max_ranked,
+            inflight_ttl_s=params.inflight_ttl_s,
         )
-        return Decision(self.name, ranked, tuple(rejected))
 
-    def observe(self, observation: Observation) -> None:
-        return None
+
+def build(params: CommonParams, rng_seed: int) -> PipelineRouter:
+    return RoundRobinRouter(params, rng_seed)

@@ -1,0 +1,77 @@
+"""Optimistic in-flight accounting: decisions this router took that signals cannot show yet.
+
+Many gateways acting on the same stale snapshot all pick the same "best" backend (herding).
+Counting each decision as in flight from the moment it is taken, until the request's outcome
+is observed or released, lets the very next decision see the load this one adds.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+
+
+class InFlightLedger:
+    def __init__(self, ttl_s: float = 300.0) -> None:
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be > 0")
+        self.ttl_s = ttl_s
+        self._opened: dict[str, list[float]] = {}  # backend -> reservation times, ascending
+        self._warming_until: dict[str, float] = {}
+
+    def reserve(self, backend: str, now: float) -> None:
+        times = self._opened.setdefault(backend, [])
+        if times and now < times[-1]:
+            times.insert(bisect_right(times, now), now)  # out-of-order clocks stay sorted
+        else:
+            times.append(now)
+
+    def release(self, backend: str) -> None:
+        """Close the oldest reservation on ``backend`` (FIFO is as good as any: no request ids)."""
+        times = self._opened.get(backend)
+        if times:
+            del times[0]
+            if not times:
+                del self._opened[backend]
+
+    def open_count(self, backend: str, now: float) -> int:
+        self._expire(backend, now)
+        return len(self._opened.get(backend, ()))
+
+    def opened_after(self, backend: str, since: float, now: float) -> int:
+        """Open reservations taken after ``since``: load a signal measured then cannot show."""
+        self._expire(backend, now)
+        times = self._opened.get(backend)
+        return len(times) - bisect_right(times, since) if times else 0
+
+    def oldest(self, backend: str) -> float | None:
+        times = self._opened.get(backend)
+        return times[0] if times else None
+
+    def last_reserved_at(self, backend: str) -> float | None:
+        times = self._opened.get(backend)
+        return times[-1] if times else None
+
+    def busy(self, now: float) -> Iterator[str]:
+        """Backends with open reservations (a few, usually; callers loop over these only)."""
+        for backend in list(self._opened):
+            self._expire(backend, now)
+        return iter(list(self._opened))
+
+    def mark_warming(self, backend: str, until: float) -> None:
+        """A request was sent to a cold backend: later ones wait for the rest of that start."""
+        self._warming_until[backend] = max(until, self._warming_until.get(backend, until))
+
+    def warming(self, now: float) -> dict[str, float]:
+        """Remaining cold-start time (ms) per backend still warming up after our requests."""
+        done = [backend for backend, until in self._warming_until.items() if until <= now]
+        for backend in done:
+            del self._warming_until[backend]
+        return {backend: (until - now) * 1000.0 for backend, until in self._warming_until.items()}
+
+    def _expire(self, backend: str, now: float) -> None:
+        times = self._opened.get(backend)
+        if times and times[0] < now - self.ttl_s:
+            del times[: bisect_right(times, now - self.ttl_s)]
+            if not times:
+                del self._opened[backend]

@@ -1,0 +1,82 @@
+"""The learner's per-backend estimates as columns aligned with the current ``FleetView``.
+
+Configured values fill in wherever nothing has been learned yet. Only backends the learner
+touched since the last decision are rewritten, so observing every request stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from routing.fleet_view import F64, FleetView
+from routing.learner import BackendEstimate, OnlineLearner
+from routing.types import BackendSpec
+
+
+class LearnedColumns:
+    def __init__(
+        self, learner: OnlineLearner, default_output_tokens: int, default_prompt_tokens: int
+    ) -> None:
+        self.learner = learner
+        self.default_output_tokens = default_output_tokens
+        self.default_prompt_tokens = default_prompt_tokens
+        self._view: FleetView | None = None
+        empty = np.zeros(0)
+        self.prefill_rate: F64 = empty
+        self.prefill_samples: F64 = empty
+        self.queue_scale: F64 = empty
+        self.bias_ms: F64 = empty
+        self.bias_dev_ms: F64 = empty
+        self.itl_ms: F64 = empty
+        self.cold_start_ms: F64 = empty
+        self.service_ms: F64 = empty
+        self.prefill_ms: F64 = empty
+        self.ratio_p90: F64 = empty
+        self.learned_at: F64 = empty  # NaN: nothing observed
+
+    def sync(self, view: FleetView) -> None:
+        rows: Iterable[int]
+        if self._view is not view:
+            self._view = view
+            self._allocate(len(view))
+            rows = range(len(view))
+        else:
+            rows = [view.index[b] for b in self.learner.dirty if b in view.index]
+        self.learner.dirty.clear()
+        for row in rows:
+            self._fill(row, view.specs[row], self.learner.estimate(view.names[row]))
+
+    def _allocate(self, size: int) -> None:
+        for name in (
+            "prefill_rate", "prefill_samples", "queue_scale", "bias_ms", "bias_dev_ms", "itl_ms",
+            "cold_start_ms", "service_ms", "prefill_ms", "ratio_p90", "learned_at",
+        ):  # fmt: skip
+            setattr(self, name, np.zeros(size))
+
+    def _fill(self, row: int, spec: BackendSpec, est: BackendEstimate | None) -> None:
+        rate = spec.prefill_tokens_per_s
+        itl = spec.itl_ms
+        prefill_ms = 1000.0 * self.default_prompt_tokens / rate
+        service_ms = spec.first_token_overhead_ms + prefill_ms + itl * self.default_output_tokens
+        cold = spec.cold_start_ms
+        self.queue_scale[row], self.bias_ms[row], self.bias_dev_ms[row] = 1.0, 0.0, 0.0
+        self.ratio_p90[row], self.learned_at[row], self.prefill_samples[row] = 1.0, np.nan, 0
+        if est is not None:
+            rate = est.prefill_rate or rate
+            itl = est.itl_ms or itl
+            prefill_ms = est.prefill_ms if est.prefill_ms is not None else prefill_ms
+            service_ms = est.service_ms or service_ms
+            cold = est.cold_start_ms if est.cold_start_ms is not None else cold
+            self.queue_scale[row] = est.queue_scale
+            self.bias_ms[row], self.bias_dev_ms[row] = est.bias_ms, est.bias_dev_ms
+            self.ratio_p90[row] = est.ratio_p90
+            self.learned_at[row] = np.nan if est.last_at is None else est.last_at
+            self.prefill_samples[row] = est.prefill_samples
+        self.prefill_rate[row], self.itl_ms[row] = max(rate, 1e-6), itl
+        self.prefill_ms[row], self.service_ms[row], self.cold_start_ms[row] = (
+            prefill_ms,
+            max(service_ms, 1e-3),
+            cold,
+        )

@@ -1,0 +1,174 @@
+"""Online, per-backend corrections to the TTFT model, learned from observed requests.
+
+Each observation carries the terms the router predicted. The term that dominated the
+prediction is the one the error is blamed on (queue, prefill or cold start), so one number
+(TTFT) can teach several estimators without them fighting; when no variable term dominates,
+the error is a fixed offset and feeds ``bias``. Samples are winsorized against the current
+estimate before the EWMA so one outlier (a GC pause, a retry) cannot swing the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from routing.types import BackendSpec, Observation
+
+_P90_TAU = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerParams:
+    alpha: float = 0.1  # EWMA weight of one sample for rates and scales
+    bias_alpha: float = 0.05
+    quantile_step: float = 0.05  # step of the online p90 tracker of actual/predicted
+    min_term_ms: float = 2.0  # a term smaller than this carries no signal about its rate
+    dominant_share: float = 0.6  # share of (queue+prefill+cold) a term needs to take the blame
+    max_ratio: float = 4.0  # winsorize samples to [1/max_ratio, max_ratio] x current
+
+
+class BackendEstimate:
+    """Mutable learned state for one backend; ``None`` means "use the configured value"."""
+
+    __slots__ = (
+        "abs_rel_error",
+        "bias_dev_ms",
+        "bias_ms",
+        "cold_start_ms",
+        "failures",
+        "itl_ms",
+        "last_at",
+        "observations",
+        "prefill_ms",
+        "prefill_rate",
+        "prefill_samples",
+        "queue_scale",
+        "ratio_p90",
+        "service_ms",
+    )
+
+    def __init__(self) -> None:
+        self.observations = 0
+        self.failures = 0
+        self.last_at: float | None = None
+        self.prefill_rate: float | None = None
+        self.prefill_samples = 0
+        self.queue_scale = 1.0
+        self.bias_ms = 0.0
+        self.bias_dev_ms = 0.0
+        self.itl_ms: float | None = None
+        self.cold_start_ms: float | None = None
+        self.service_ms: float | None = None  # how long a request occupies a batch slot
+        self.prefill_ms: float | None = None  # prefill time of a typical request here
+        self.ratio_p90 = 1.0  # online p90 of actual / predicted TTFT
+        self.abs_rel_error: float | None = None  # EWMA of |actual / predicted - 1|
+
+
+def _ewma(current: float | None, sample: float, alpha: float) -> float:
+    return sample if current is None else current + alpha * (sample - current)
+
+
+def _winsorize(sample: float, current: float, max_ratio: float) -> float:
+    return min(max(sample, current / max_ratio), current * max_ratio)
+
+
+class OnlineLearner:
+    def __init__(self, params: LearnerParams | None = None) -> None:
+        self.params = params or LearnerParams()
+        self._estimates: dict[str, BackendEstimate] = {}
+        self.dirty: set[str] = set()  # backends changed since the predictor last looked
+
+    def estimate(self, backend: str) -> BackendEstimate | None:
+        return self._estimates.get(backend)
+
+    def estimates(self) -> Mapping[str, BackendEstimate]:
+        return self._estimates
+
+    def observe(self, obs: Observation, spec: BackendSpec | None) -> None:
+        est = self._estimates.get(obs.backend)
+        if est is None:
+            est = self._estimates[obs.backend] = BackendEstimate()
+        est.observations += 1
+        est.last_at = obs.at
+        self.dirty.add(obs.backend)
+        if not obs.ok:
+            est.failures += 1
+            return
+        alpha = self.params.alpha
+        if obs.itl_ms is not None and obs.itl_ms > 0:
+            est.itl_ms = _ewma(est.itl_ms, obs.itl_ms, alpha)
+        if obs.ttft_ms is None or obs.ttft_ms < 0:
+            return
+        if obs.itl_ms is not None and obs.output_tokens > 0:
+            est.service_ms = _ewma(
+                est.service_ms, obs.ttft_ms + obs.itl_ms * obs.output_tokens, alpha
+            )
+        terms = obs.predicted_terms_ms
+        predicted = obs.predicted_ttft_ms
+        if predicted is None and terms:
+            predicted = sum(terms.values())
+        if predicted is not None and predicted > 0:
+            self._calibrate(est, obs.ttft_ms / predicted)
+        if terms:
+            self._blame(est, obs, terms, spec)
+
+    def _calibrate(self, est: BackendEstimate, ratio: float) -> None:
+        step = self.params.quantile_step
+        est.ratio_p90 += step * (_P90_TAU if ratio > est.ratio_p90 else _P90_TAU - 1.0)
+        est.ratio_p90 = max(est.ratio_p90, 0.5)
+        est.abs_rel_error = _ewma(est.abs_rel_error, abs(ratio - 1.0), self.params.alpha)
+
+    def _blame(
+        self,
+        est: BackendEstimate,
+        obs: Observation,
+        terms: Mapping[str, float],
+        spec: BackendSpec | None,
+    ) -> None:
+        assert obs.ttft_ms is not None
+        queue, prefill, cold = (terms.get(k, 0.0) for k in ("queue", "prefill", "cold_start"))
+        if prefill > 0:
+            est.prefill_ms = _ewma(est.prefill_ms, prefill, self.params.alpha)
+        fixed = sum(terms.values()) - queue - prefill - cold
+        variable = obs.ttft_ms - fixed  # what queue + prefill + cold start really took
+        if obs.queue_wait_ms is not None:
+            self._learn_queue(est, queue, obs.queue_wait_ms)
+            self._learn_prefill(est, prefill, variable - obs.queue_wait_ms - cold, spec)
+        elif obs.cold_start:
+            est.cold_start_ms = _ewma(est.cold_start_ms, max(0.0, variable - queue - prefill), 0.3)
+        else:
+            share = self.params.dominant_share * (queue + prefill + cold)
+            if prefill >= self.params.min_term_ms and prefill >= share:
+                self._learn_prefill(est, prefill, variable - queue - cold, spec)
+            elif queue >= self.params.min_term_ms and queue >= share:
+                self._learn_queue(est, queue, variable - prefill - cold)
+            else:  # no variable term dominates: an offset (RTT, overhead) was wrong
+                self._learn_bias(est, obs.ttft_ms - sum(terms.values()))
+
+    def _learn_prefill(
+        self, est: BackendEstimate, predicted_ms: float, actual_ms: float, spec: BackendSpec | None
+    ) -> None:
+        if predicted_ms < self.params.min_term_ms:
+            return
+        rate = est.prefill_rate
+        if rate is None:
+            if spec is None:
+                return
+            rate = spec.prefill_tokens_per_s
+        ratio = self.params.max_ratio
+        sample = rate * predicted_ms / max(actual_ms, predicted_ms / ratio)
+        est.prefill_rate = _ewma(rate, _winsorize(sample, rate, ratio), self.params.alpha)
+        est.prefill_samples += 1
+
+    def _learn_queue(self, est: BackendEstimate, predicted_ms: float, actual_ms: float) -> None:
+        if predicted_ms < self.params.min_term_ms:
+            return
+        scale = est.queue_scale
+        ratio = self.params.max_ratio
+        sample = scale * max(actual_ms, 0.0) / predicted_ms
+        est.queue_scale = _ewma(scale, _winsorize(sample, scale, ratio), self.params.alpha)
+
+    def _learn_bias(self, est: BackendEstimate, residual_ms: float) -> None:
+        alpha = self.params.bias_alpha
+        est.bias_ms = _ewma(est.bias_ms, est.bias_ms + residual_ms, alpha)
+        est.bias_dev_ms = _ewma(est.bias_dev_ms, abs(residual_ms), alpha)

@@ -1,0 +1,1 @@
+"""The policy pipeline: filters -> scorer -> picker, each a small plugin."""

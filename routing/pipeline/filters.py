@@ -1,0 +1,202 @@
+"""Filters: which backends may take this request at all. Each says why it rejected one.
+
+A filter returns a mask over the whole fleet view. ``static`` filters depend only on the
+snapshot and on ``static_key(profile)``, so their verdicts (and rejection reasons) are
+computed once per snapshot and key, not once per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from routing.fleet_view import F64, FleetView, Mask, Rows
+from routing.load import LoadColumns
+from routing.types import Rejection, RequestProfile
+
+
+@dataclass(frozen=True, slots=True)
+class FilterContext:
+    view: FleetView
+    profile: RequestProfile
+    now: float
+    load: LoadColumns
+
+
+class Filter(Protocol):
+    name: str
+    static: bool
+
+    def static_key(self, profile: RequestProfile) -> Hashable: ...
+
+    def keep(self, ctx: FilterContext) -> Mask: ...
+
+    def reason(self, ctx: FilterContext, row: int) -> str: ...
+
+
+class _Dynamic:
+    static = False
+
+    def static_key(self, profile: RequestProfile) -> Hashable:
+        return None
+
+
+class ServesModel:
+    name = "serves_model"
+    static = True
+
+    def static_key(self, profile: RequestProfile) -> Hashable:
+        return profile.model
+
+    def keep(self, ctx: FilterContext) -> Mask:
+        model = ctx.profile.model
+        return np.fromiter((model in s.models for s in ctx.view.specs), np.bool_, len(ctx.view))
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        return f"does not serve model {ctx.profile.model!r}"
+
+
+class RegionAllowed:
+    """Data residency: the gateway resolves tenant/origin placement into allowed regions."""
+
+    name = "region_allowed"
+    static = True
+
+    def static_key(self, profile: RequestProfile) -> Hashable:
+        return profile.allowed_regions
+
+    def keep(self, ctx: FilterContext) -> Mask:
+        allowed = ctx.profile.allowed_regions
+        if allowed is None:
+            return np.ones(len(ctx.view), np.bool_)
+        return np.fromiter((r in allowed for r in ctx.view.regions), np.bool_, len(ctx.view))
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        allowed = ", ".join(sorted(ctx.profile.allowed_regions or ()))
+        return f"region {ctx.view.regions[row]!r} not allowed for this request ({allowed})"
+
+
+class NotExcluded(_Dynamic):
+    name = "not_excluded"
+
+    def keep(self, ctx: FilterContext) -> Mask:
+        keep = np.ones(len(ctx.view), np.bool_)
+        if not ctx.profile.exclude:
+            return keep
+        for backend in ctx.profile.exclude:
+            row = ctx.view.index.get(backend)
+            if row is not None:
+                keep[row] = False
+        return keep
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        return "already on this request's path (loop or retry)"
+
+
+class Healthy(_Dynamic):
+    name = "healthy"
+
+    def keep(self, ctx: FilterContext) -> Mask:
+        view = ctx.view
+        keep: Mask = view.healthy & (view.ejected_until <= ctx.now)
+        return keep
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        until = float(ctx.view.ejected_until[row])
+        if until > ctx.now:
+            return f"ejected as an outlier for another {until - ctx.now:.1f} s"
+        return "failing health checks"
+
+
+class CircuitClosed(_Dynamic):
+    name = "circuit_closed"
+
+    def keep(self, ctx: FilterContext) -> Mask:
+        keep: Mask = ~ctx.view.circuit_open
+        return keep
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        return "circuit breaker open"
+
+
+class CapacityLeft(_Dynamic):
+    """Rejects backends whose queue is already ``max_queue_ratio`` x their batch size deep."""
+
+    name = "capacity_left"
+
+    def __init__(self, max_queue_ratio: float = 4.0) -> None:
+        self.max_queue_ratio = max_queue_ratio
+
+    def depth(self, ctx: FilterContext) -> F64:
+        view, load = ctx.view, ctx.load
+        engine = view.running0 + view.waiting0 + load.after_metrics
+        local = np.maximum(view.in_flight, load.open)
+        depth: F64 = np.where(view.has_metrics, engine, local)
+        return depth
+
+    def keep(self, ctx: FilterContext) -> Mask:
+        limit = ctx.view.max_num_seqs * (1.0 + self.max_queue_ratio)
+        keep: Mask = self.depth(ctx) < limit
+        return keep
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        depth = float(self.depth(ctx)[row])
+        limit = float(ctx.view.max_num_seqs[row]) * (1.0 + self.max_queue_ratio)
+        return f"no capacity left: {depth:.0f} requests running or queued, limit {limit:.0f}"
+
+
+def default_filters(max_queue_ratio: float = 4.0) -> tuple[Filter, ...]:
+    return (
+        ServesModel(),
+        RegionAllowed(),
+        NotExcluded(),
+        Healthy(),
+        CircuitClosed(),
+        CapacityLeft(max_queue_ratio),
+    )
+
+
+def _run(
+    filters: Sequence[Filter], ctx: FilterContext, alive: Mask, rejected: list[Rejection]
+) -> Mask:
+    masks = [filt.keep(ctx) for filt in filters]
+    passing = alive.copy()
+    for keep in masks:
+        passing &= keep
+    if not (alive & ~passing).any():
+        return passing  # the common case: nobody rejected, no per-row work
+    for filt, keep in zip(filters, masks, strict=True):
+        for row in np.flatnonzero(alive & ~keep).tolist():
+            rejected.append(Rejection(ctx.view.names[row], filt.name, filt.reason(ctx, row)))
+        alive = alive & keep
+    return alive
+
+
+def apply_filters(
+    filters: Sequence[Filter], ctx: FilterContext
+) -> tuple[Rows, tuple[Rejection, ...]]:
+    """Rows that pass every filter, and a rejection (first failing filter) for each other."""
+    lead = 0
+    while lead < len(filters) and filters[lead].static:
+        lead += 1
+    static, dynamic = filters[:lead], filters[lead:]
+    key = (
+        "static-filters",
+        tuple(f.name for f in static),
+        tuple(f.static_key(ctx.profile) for f in static),
+    )
+
+    def run_static() -> tuple[Mask, tuple[Rejection, ...]]:
+        found: list[Rejection] = []
+        mask = _run(static, ctx, np.ones(len(ctx.view), np.bool_), found)
+        return mask, tuple(found)
+
+    cached = ctx.view.remember(key, run_static)
+    assert isinstance(cached, tuple)
+    alive: Mask = cached[0]
+    rejected: list[Rejection] = list(cached[1])
+    alive = _run(dynamic, ctx, alive, rejected)
+    return np.flatnonzero(alive), tuple(rejected)

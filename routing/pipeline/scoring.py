@@ -1,0 +1,50 @@
+"""The scorer plugin interface: turn eligible rows into scores (lower is better)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+from routing.fleet_view import F64, FleetView, Rows
+from routing.load import LoadColumns
+from routing.predictor import Prediction
+from routing.types import Observation, RequestProfile
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreContext:
+    view: FleetView
+    rows: Rows  # eligible rows of ``view``, ascending
+    profile: RequestProfile
+    now: float
+    load: LoadColumns
+    rng: random.Random
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    values: F64  # aligned with ``ScoreContext.rows``; lower is better
+    basis: str  # what the values are, for humans: "predicted TTFT (ms)"
+    prediction: Prediction | None = None
+    mode: str = ""  # which branch of a policy decided, e.g. "cache affinity"
+
+
+class Scorer(Protocol):
+    def score(self, ctx: ScoreContext) -> Scores: ...
+
+    def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
+        """The router committed to ``row`` (not called by ``explain``)."""
+        ...
+
+    def observe(self, observation: Observation) -> None: ...
+
+
+class StatelessScorer:
+    """Base for scorers that keep no state between decisions."""
+
+    def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
+        return None
+
+    def observe(self, observation: Observation) -> None:
+        return None

@@ -1,0 +1,118 @@
+"""Meridian's policy: the lowest predicted TTFT (or end-to-end time for long-form requests).
+
+Prefix affinity is not a rule here but a term: cached tokens shorten the prefill term, so a
+warm but overloaded backend can lose to a cold idle one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from routing.fleet_view import F64, FleetView
+from routing.learned_columns import LearnedColumns
+from routing.learner import LearnerParams, OnlineLearner
+from routing.pipeline.pickers import MarginPicker
+from routing.pipeline.router import PipelineRouter
+from routing.pipeline.scoring import ScoreContext, Scores
+from routing.policies.params import CommonParams, assemble
+from routing.predictor import PredictorParams, predict
+from routing.prefix_index import PrefixIndex
+from routing.types import LatencyClass, Observation
+
+
+class PredictedTTFTParams(CommonParams):
+    margin_ms: float = Field(
+        default=2.0, ge=0, description="spread among candidates this close (ms)"
+    )
+    margin_rel: float = Field(default=0.03, ge=0, description="...or this fraction of the best")
+    block_tokens: int = Field(default=16, gt=0, description="must match the profiles' block size")
+    prefix_ttl_s: float = Field(default=600.0, gt=0)
+    prefix_max_entries_per_backend: int = Field(default=200_000, gt=0)
+    prefix_max_entries_total: int = Field(default=2_000_000, gt=0)
+    same_region_rtt_ms: float = Field(default=1.0, ge=0)
+    unknown_rtt_ms: float = Field(default=100.0, ge=0)
+    default_output_tokens: int = Field(default=256, gt=0)
+    default_prompt_tokens: int = Field(default=1000, gt=0)
+    stale_after_s: float = Field(default=5.0, gt=0)
+    cold_ramp: float = Field(default=0.1, gt=0, lt=1)
+    itl_batch_slope: float = Field(default=1.0, ge=0)
+    learning_rate: float = Field(default=0.1, gt=0, le=1)
+    bias_learning_rate: float = Field(default=0.05, gt=0, le=1)
+
+
+def cached_by_row(index: PrefixIndex, ctx: ScoreContext) -> F64:
+    """Cached prompt tokens per eligible row, from the prefix index."""
+    hashes = ctx.profile.prefix_hashes
+    hits = index.cached_tokens(hashes, ctx.now) if hashes else None
+    if not hits:
+        return np.zeros(len(ctx.rows))
+    where = ctx.view.index
+    full = np.zeros(len(ctx.view))
+    known = [(where[backend], tokens) for backend, tokens in hits.items() if backend in where]
+    if known:
+        rows, tokens = zip(*known, strict=True)
+        full[list(rows)] = tokens
+    cached: F64 = np.minimum(full[ctx.rows], float(ctx.profile.prompt_tokens))
+    return cached
+
+
+class PredictedTTFTScorer:
+    def __init__(self, params: PredictedTTFTParams) -> None:
+        self.index = PrefixIndex(
+            params.block_tokens,
+            params.prefix_ttl_s,
+            params.prefix_max_entries_per_backend,
+            max(params.prefix_max_entries_total, params.prefix_max_entries_per_backend),
+        )
+        self.learner = OnlineLearner(
+            LearnerParams(alpha=params.learning_rate, bias_alpha=params.bias_learning_rate)
+        )
+        self.predictor_params = PredictorParams(
+            same_region_rtt_ms=params.same_region_rtt_ms,
+            unknown_rtt_ms=params.unknown_rtt_ms,
+            default_output_tokens=params.default_output_tokens,
+            default_prompt_tokens=params.default_prompt_tokens,
+            stale_after_s=params.stale_after_s,
+            cold_ramp=params.cold_ramp,
+            itl_batch_slope=params.itl_batch_slope,
+        )
+        self.learned = LearnedColumns(
+            self.learner, params.default_output_tokens, params.default_prompt_tokens
+        )
+        self._view: FleetView | None = None
+
+    def score(self, ctx: ScoreContext) -> Scores:
+        self._view = ctx.view
+        self.learned.sync(ctx.view)
+        cached = cached_by_row(self.index, ctx)
+        pred = predict(
+            ctx.view, ctx.rows, ctx.profile, ctx.now, cached, ctx.load, self.learned,
+            self.predictor_params,
+        )  # fmt: skip
+        long_form = ctx.profile.latency_class is LatencyClass.LONG_FORM
+        basis = "predicted end-to-end (ms)" if long_form else "predicted TTFT (ms)"
+        return Scores(pred.score, basis, pred)
+
+    def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
+        backend = ctx.view.names[row]
+        if ctx.profile.prefix_hashes:
+            # Optimistic: the next request with this prefix will queue behind this one anyway.
+            self.index.record(backend, ctx.profile.prefix_hashes, ctx.now)
+        pred = scores.prediction
+        cold_ms = float(self.learned.cold_start_ms[row])
+        if pred is not None and 0 < cold_ms <= 2.0 * float(pred.terms_ms["cold_start"][position]):
+            ctx.load.ledger.mark_warming(backend, ctx.now + cold_ms / 1000.0)
+
+    def observe(self, observation: Observation) -> None:
+        view = self._view
+        row = None if view is None else view.index.get(observation.backend)
+        spec = None if view is None or row is None else view.specs[row]
+        self.learner.observe(observation, spec)
+        if observation.ok and observation.prefix_hashes:
+            self.index.record(observation.backend, observation.prefix_hashes, observation.at)
+
+
+def build(params: PredictedTTFTParams, rng_seed: int) -> PipelineRouter:
+    picker = MarginPicker(params.margin_ms, params.margin_rel)
+    return assemble("predicted_ttft", params, PredictedTTFTScorer(params), picker, rng_seed)

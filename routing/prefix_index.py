@@ -1,0 +1,217 @@
+"""Which prompt prefix blocks each backend has probably cached: bounded, expiring, approximate.
+
+Chained block hashes make every chain *prefix-closed*: a backend that served block ``i`` of a
+chain also served blocks ``0..i-1`` at the same time or later, and a record refreshes the whole
+chain. So timestamps never increase along a chain, expiry (``ttl_s``) and oldest-first eviction
+keep each backend's set prefix-closed, and "how many leading blocks does backend b hold" is a
+binary search instead of a walk. Across backends, the number of holders of block ``i`` never
+increases with ``i``; bisecting on that count finds every backend's depth with a few dict
+probes per distinct depth, which is what keeps a 100-backend x 250-block lookup cheap.
+
+Approximate on purpose: the index learns from what this router sent, not from the engines'
+eviction, so ``ttl_s`` should be about how long an engine keeps an idle prefix.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+_NOWHERE: frozenset[str] = frozenset()
+_KEEP_FRACTION = 0.75  # compaction keeps the newest 3/4, so it runs at most every n/4 inserts
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixIndexReport:
+    entries: int
+    distinct_blocks: int
+    per_backend: Mapping[str, int]
+    approx_bytes: int
+    max_entries_per_backend: int
+    max_entries_total: int
+    evicted: int
+    expired: int
+
+
+class PrefixIndex:
+    def __init__(
+        self,
+        block_tokens: int = 16,
+        ttl_s: float = 600.0,
+        max_entries_per_backend: int = 200_000,
+        max_entries_total: int = 2_000_000,
+    ) -> None:
+        if block_tokens <= 0 or ttl_s <= 0 or max_entries_per_backend <= 0:
+            raise ValueError("block_tokens, ttl_s and max_entries_per_backend must be > 0")
+        if max_entries_total < max_entries_per_backend:
+            raise ValueError("max_entries_total must be >= max_entries_per_backend")
+        self.block_tokens = block_tokens
+        self.ttl_s = ttl_s
+        self.max_entries_per_backend = max_entries_per_backend
+        self.max_entries_total = max_entries_total
+        self._holders: dict[int, set[str]] = {}
+        self._seen: dict[str, dict[int, float]] = {}  # backend -> block hash -> last served
+        self._total = 0
+        self._evicted = 0
+        self._expired = 0
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def record(self, backend: str, hashes: Sequence[int], now: float) -> None:
+        """``backend`` has just been sent (or served) a prompt with this block chain."""
+        if not hashes:
+            return
+        seen = self._seen.get(backend)
+        if seen is None:
+            seen = self._seen[backend] = {}
+        held = _held_depth(seen, hashes, None)
+        holders = self._holders
+        for block in hashes[held:]:
+            owners = holders.get(block)
+            if owners is None:
+                holders[block] = {backend}
+            else:
+                owners.add(backend)
+        before = len(seen)
+        seen.update(dict.fromkeys(hashes, now))
+        self._total += len(seen) - before
+        if len(seen) > self.max_entries_per_backend:
+            self._shrink(backend, int(self.max_entries_per_backend * _KEEP_FRACTION), now)
+        if self._total > self.max_entries_total:
+            self._shrink_all(now)
+
+    def forget(self, backend: str) -> None:
+        """Drop everything about ``backend`` (removed from the fleet, or restarted)."""
+        seen = self._seen.pop(backend, None)
+        if seen:
+            self._drop(backend, seen, list(seen))
+
+    def purge(self, now: float) -> int:
+        """Remove expired entries everywhere; returns how many. Call it off the request path."""
+        cutoff = now - self.ttl_s
+        removed = 0
+        for backend, seen in list(self._seen.items()):
+            stale = [block for block, at in seen.items() if at < cutoff]
+            removed += self._drop(backend, seen, stale)
+        self._expired += removed
+        return removed
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def longest_cached_prefix(self, backend: str, hashes: Sequence[int], now: float) -> int:
+        """Prompt tokens ``backend`` probably holds, as the longest unexpired chain prefix."""
+        seen = self._seen.get(backend)
+        if not seen or not hashes or hashes[0] not in seen:
+            return 0
+        return _held_depth(seen, hashes, now - self.ttl_s) * self.block_tokens
+
+    def cached_tokens(self, hashes: Sequence[int], now: float) -> dict[str, int]:
+        """Cached prompt tokens for every backend holding at least the first block."""
+        if not hashes:
+            return {}
+        first = self._holders.get(hashes[0])
+        if not first:
+            return {}
+        depths: dict[str, int] = {}
+        _bisect_depths(self._holders, hashes, 0, first, len(hashes), _NOWHERE, depths)
+        cutoff = now - self.ttl_s
+        tokens = self.block_tokens
+        out: dict[str, int] = {}
+        for backend, depth in depths.items():
+            seen = self._seen[backend]
+            last = seen.get(hashes[depth - 1])
+            if last is None or last < cutoff:
+                depth = _held_depth(seen, hashes[: depth - 1], cutoff)
+            if depth:
+                out[backend] = depth * tokens
+        return out
+
+    def entries(self, backend: str) -> int:
+        """Blocks recorded for ``backend`` (expired ones included until purged)."""
+        seen = self._seen.get(backend)
+        return len(seen) if seen else 0
+
+    def memory_report(self) -> PrefixIndexReport:
+        approx = sys.getsizeof(self._holders) + sys.getsizeof(self._seen)
+        approx += sum(sys.getsizeof(owners) for owners in self._holders.values())
+        approx += sum(sys.getsizeof(seen) for seen in self._seen.values())
+        approx += len(self._holders) * 32 + self._total * 24  # int keys and float values
+        return PrefixIndexReport(
+            entries=self._total,
+            distinct_blocks=len(self._holders),
+            per_backend={backend: len(seen) for backend, seen in self._seen.items()},
+            approx_bytes=approx,
+            max_entries_per_backend=self.max_entries_per_backend,
+            max_entries_total=self.max_entries_total,
+            evicted=self._evicted,
+            expired=self._expired,
+        )
+
+    # -- bounding -----------------------------------------------------------------------------
+
+    def _shrink(self, backend: str, keep: int, now: float) -> None:
+        seen = self._seen[backend]
+        cutoff = now - self.ttl_s
+        stale = [block for block, at in seen.items() if at < cutoff]
+        self._expired += self._drop(backend, seen, stale)
+        if len(seen) <= keep:
+            return
+        # Newest first, and among equal times the earlier inserted (shallower) block first:
+        # eviction then takes the deep end of chains and keeps every chain prefix-closed.
+        items = list(seen.items())
+        ranked = sorted(range(len(items)), key=lambda i: -items[i][1])
+        victims = [items[i][0] for i in ranked[keep:]]
+        self._evicted += self._drop(backend, seen, victims)
+
+    def _shrink_all(self, now: float) -> None:
+        share = self.max_entries_total * _KEEP_FRACTION / self._total
+        for backend, seen in list(self._seen.items()):
+            self._shrink(backend, int(len(seen) * share), now)
+
+    def _drop(self, backend: str, seen: dict[int, float], blocks: list[int]) -> int:
+        holders = self._holders
+        for block in blocks:
+            seen.pop(block, None)
+            owners = holders.get(block)
+            if owners is not None:
+                owners.discard(backend)
+                if not owners:
+                    del holders[block]
+        self._total -= len(blocks)
+        return len(blocks)
+
+
+def _held_depth(seen: Mapping[int, float], hashes: Sequence[int], cutoff: float | None) -> int:
+    """Number of leading blocks of ``hashes`` in ``seen`` no older than ``cutoff`` (if given)."""
+    lo, hi = 0, len(hashes)  # invariant: blocks [0, lo) held; block hi and beyond not held
+    while lo < hi:
+        mid = (lo + hi) // 2
+        at = seen.get(hashes[mid])
+        if at is not None and (cutoff is None or at >= cutoff):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _bisect_depths(
+    holders: Mapping[int, set[str]],
+    hashes: Sequence[int],
+    lo: int,
+    at_lo: set[str] | frozenset[str],
+    hi: int,
+    at_hi: set[str] | frozenset[str],
+    out: dict[str, int],
+) -> None:
+    """Fill ``out[backend] = depth`` for backends holding block ``lo`` but not block ``hi``."""
+    if len(at_lo) == len(at_hi):
+        return  # nested sets of equal size are equal: nobody leaves between lo and hi
+    if hi == lo + 1:
+        for backend in at_lo - at_hi:
+            out[backend] = hi
+        return
+    mid = (lo + hi) // 2
+    at_mid = holders.get(hashes[mid], _NOWHERE)
+    _bisect_depths(holders, hashes, lo, at_lo, mid, at_mid, out)
+    _bisect_depths(holders, hashes, mid, at_mid, hi, at_hi, out)

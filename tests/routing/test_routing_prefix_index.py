@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import pytest
+import xxhash
+from hypothesis import given
+from hypothesis import strategies as st
+
+from routing.prefix import block_hashes, tenant_seed
+from routing.prefix_index import PrefixIndex
+
+
+def _reference_hashes(canonical: bytes, tenant: str, block_tokens: int) -> tuple[int, ...]:
+    """The original memoryview implementation: the optimized one must give the same values."""
+    size, seed, out = block_tokens * 4, tenant_seed(tenant), []
+    view = memoryview(canonical)
+    for start in range(0, len(canonical) - size + 1, size):
+        seed = xxhash.xxh3_64_intdigest(view[start : start + size], seed)
+        out.append(seed)
+    return tuple(out)
+
+
+@given(st.binary(max_size=600), st.sampled_from([1, 4, 16]))
+def test_block_hashes_unchanged_by_optimization(data: bytes, block_tokens: int) -> None:
+    assert block_hashes(data, "t", block_tokens) == _reference_hashes(data, "t", block_tokens)
+
+
+def chain(n: int, start: int = 1) -> tuple[int, ...]:
+    return tuple(range(start, start + n))
+
+
+def test_longest_prefix_counts_leading_blocks_only() -> None:
+    index = PrefixIndex(block_tokens=16)
+    index.record("a", chain(5), now=0.0)
+    assert index.longest_cached_prefix("a", chain(8), now=1.0) == 5 * 16
+    assert index.longest_cached_prefix("a", (99, *chain(4, start=200)), now=1.0) == 0
+    assert index.longest_cached_prefix("b", chain(5), now=1.0) == 0
+    assert index.longest_cached_prefix("a", (), now=1.0) == 0
+    assert index.cached_tokens((), now=1.0) == {}
+    assert index.cached_tokens((42,), now=1.0) == {}
+
+
+def test_entries_expire_after_ttl_and_refresh_on_record() -> None:
+    index = PrefixIndex(block_tokens=16, ttl_s=10.0)
+    index.record("a", chain(4), now=0.0)
+    index.record("a", chain(2), now=8.0)  # shared system prompt reused: its blocks refresh
+    assert index.longest_cached_prefix("a", chain(4), now=9.0) == 64
+    assert index.longest_cached_prefix("a", chain(4), now=15.0) == 32
+    assert index.cached_tokens(chain(4), now=15.0) == {"a": 32}
+    assert index.cached_tokens(chain(4), now=30.0) == {}
+    assert index.purge(now=30.0) == 4
+    assert index.memory_report().entries == 0 and index.memory_report().expired == 4
+
+
+def test_bulk_lookup_finds_each_backend_depth() -> None:
+    index = PrefixIndex(block_tokens=10)
+    index.record("a", chain(10), now=0.0)
+    index.record("b", chain(3), now=0.0)
+    index.record("c", chain(7), now=0.0)
+    index.record("d", chain(3, start=100), now=0.0)
+    assert index.cached_tokens(chain(12), now=1.0) == {"a": 100, "b": 30, "c": 70}
+
+
+def test_per_backend_bound_evicts_oldest_and_keeps_chains_prefix_closed() -> None:
+    index = PrefixIndex(block_tokens=1, max_entries_per_backend=8, max_entries_total=100)
+    index.record("a", chain(6, start=1), now=0.0)
+    index.record("a", chain(6, start=100), now=1.0)
+    report = index.memory_report()
+    assert report.per_backend["a"] <= 8 and report.evicted > 0
+    assert index.longest_cached_prefix("a", chain(6, start=100), now=2.0) == 6
+    assert index.entries("a") == report.per_backend["a"] and index.entries("zz") == 0
+
+
+def test_global_bound_shrinks_every_backend() -> None:
+    index = PrefixIndex(block_tokens=1, max_entries_per_backend=10, max_entries_total=12)
+    index.record("a", chain(8, start=1), now=0.0)
+    index.record("b", chain(8, start=100), now=1.0)
+    report = index.memory_report()
+    assert (
+        report.entries <= 12
+        and report.approx_bytes > 0
+        and report.distinct_blocks == report.entries
+    )
+
+
+def test_shrink_drops_expired_first() -> None:
+    index = PrefixIndex(block_tokens=1, ttl_s=5.0, max_entries_per_backend=4, max_entries_total=100)
+    index.record("a", chain(3, start=1), now=0.0)
+    index.record("a", chain(3, start=50), now=10.0)
+    assert index.memory_report().expired == 3 and index.entries("a") == 3
+
+
+def test_forget_removes_a_backend() -> None:
+    index = PrefixIndex()
+    index.record("a", chain(3), now=0.0)
+    index.record("b", chain(3), now=0.0)
+    index.forget("a")
+    index.forget("never-seen")
+    assert index.cached_tokens(chain(3), now=1.0) == {"b": 48}
+    index.record("a", (), now=2.0)
+    assert index.memory_report().entries == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"block_tokens": 0},
+        {"ttl_s": 0},
+        {"max_entries_per_backend": 0},
+        {"max_entries_per_backend": 5, "max_entries_total": 4},
+    ],
+)
+def test_invalid_bounds_are_rejected(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        PrefixIndex(**kwargs)  # type: ignore[arg-type]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from("abcde"), st.integers(0, 3), st.integers(1, 12), st.floats(0, 50)
+        ),
+        max_size=25,
+    ),
+    st.integers(0, 3),
+    st.floats(0, 80),
+)
+def test_bulk_lookup_agrees_with_per_backend_lookup(records, query_family, now) -> None:
+    index = PrefixIndex(
+        block_tokens=16, ttl_s=30.0, max_entries_per_backend=20, max_entries_total=60
+    )
+    for backend, family, length, at in sorted(records, key=lambda r: r[3]):
+        index.record(backend, chain(length, start=family * 1000), now=at)
+    query = chain(12, start=query_family * 1000)
+    bulk = index.cached_tokens(query, now)
+    for backend in "abcde":
+        assert bulk.get(backend, 0) == index.longest_cached_prefix(backend, query, now)
