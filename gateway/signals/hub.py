@@ -101,7 +101,7 @@ class SignalHub(ProbeObserver):
         await self.scraper.start()
         self._tasks.spawn(
             run_periodically(
-                self._tick,
+                self._tick_loop_step,
                 interval_s=self._config.tick_interval_s,
                 jitter=0.0,
                 rng=self._rng,
@@ -226,7 +226,12 @@ class SignalHub(ProbeObserver):
         if self._metrics is not None:
             self._metrics.on_scrape(backend, result, duration_s)
 
-    async def _tick(self) -> None:
+    async def _tick_loop_step(self) -> None:
+        self.tick()
+
+    def tick(self) -> None:
+        """Housekeeping the background loop runs every ``tick_interval_s``: readmissions,
+        failure-rate windows, signal-age gauges. Cheap and synchronous."""
         self._handle(self.outlier.tick())
         if self._metrics is None:
             return
