@@ -62,7 +62,8 @@ class _Stream:
     def consume(self, items: list[SseEvent | SseComment], now: float) -> None:
         for item in items:
             if isinstance(item, SseComment):
-                if item.text.startswith("{"):
+                # Meridian's timings: ``: meridian-timing {...}``; keep-alives carry no JSON.
+                if "{" in item.text:
                     self.final_comment = item.text
             elif item.data == "[DONE]":
                 self.done = True

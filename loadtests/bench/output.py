@@ -68,6 +68,7 @@ def format_table(report: BenchReport) -> str:
         _row("TPOT", report.tpot_ms),
         _row("E2E", report.e2e_ms),
         _row("send lag", report.send_lag_ms),
+        _row("loop lag", report.loop_lag_ms),
         "",
         *_group_lines("by origin", report.by_origin),
         "",

@@ -25,7 +25,7 @@ _WORDS = (  # noqa: SIM905 (a word list reads better as prose)
     "region latency prefill decode batch queue model stream prompt signal backend replica"
 ).split()
 
-CORPUS_BYTES = 1 << 20
+CORPUS_BYTES = 1 << 18  # 64k tokens; longer prompts wrap around
 
 
 def build_corpus(seed: int, size: int = CORPUS_BYTES) -> str:

@@ -71,7 +71,7 @@ class RequestRecord:
     error_detail: str = ""
     route: str | None = None
     server_timing: str | None = None
-    final_comment: str | None = None  # raw text of Meridian's closing ``: {...}`` SSE comment
+    final_comment: str | None = None  # raw text of Meridian's closing ``: meridian-timing {...}``
     max_tokens: int = 0
 
     @property
@@ -100,3 +100,4 @@ class BenchResult:
     started_unix: float  # wall clock at start, for humans reading the JSON
     duration_s: float  # first send to last completion
     records: tuple[RequestRecord, ...] = field(default_factory=tuple)
+    loop_lag_s: tuple[float, ...] = ()  # lateness of a 10 ms timer in the client's event loop

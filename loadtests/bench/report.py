@@ -65,6 +65,7 @@ class BenchReport:
     tpot_ms: Distribution  # per request: (e2e - ttft) / (output tokens - 1)
     e2e_ms: Distribution
     send_lag_ms: Distribution  # how late the generator sent each request: its own overhead
+    loop_lag_ms: Distribution  # how late the client's event loop ran timers: timestamp error
     goodput: Goodput
     by_origin: dict[str, GroupSummary]
     by_backend: dict[str, GroupSummary]
@@ -150,6 +151,7 @@ def summarize(result: BenchResult, slo: Slo | None = None) -> BenchReport:
         tpot_ms=Distribution.of(tpots).scaled(MS),
         e2e_ms=e2e,
         send_lag_ms=Distribution.of([r.sent_s - r.scheduled_s for r in records]).scaled(MS),
+        loop_lag_ms=Distribution.of(result.loop_lag_s).scaled(MS),
         goodput=Goodput(
             slo_ttft_ms=slo.ttft_ms,
             slo_itl_p99_ms=slo.itl_p99_ms,

@@ -25,6 +25,7 @@ from loadtests.bench.usage import token_counts
 from loadtests.bench.workload import Workload
 
 PROGRESS_INTERVAL_S = 0.5
+LAG_PROBE_INTERVAL_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class _Run:
         self.started = 0
         self.in_flight = 0
         self.errors = 0
+        self.loop_lags: list[float] = []
         self.t0 = time.perf_counter()
         limit = workload.limits.duration_s
         self.deadline = None if limit is None else self.t0 + limit
@@ -174,6 +176,16 @@ def _identity_headers(workload: Workload, plan: SessionPlan) -> dict[str, str]:
     return headers
 
 
+async def _probe_loop_lag(run: _Run) -> None:
+    """How late a 10 ms timer fires: when the client's own loop is busy (or the machine is),
+    every timestamp it takes is late by about this much, so the report shows it."""
+    clock = time.perf_counter
+    while True:
+        before = clock()
+        await asyncio.sleep(LAG_PROBE_INTERVAL_S)
+        run.loop_lags.append(max(0.0, clock() - before - LAG_PROBE_INTERVAL_S))
+
+
 async def _report_progress(run: _Run, stream: TextIO) -> None:
     interactive = stream.isatty()
     last_line = 0.0
@@ -205,12 +217,15 @@ async def run_bench(
         run = _Run(url, workload, http)
         stream = options.progress_stream or sys.stderr
         progress = asyncio.create_task(_report_progress(run, stream)) if options.progress else None
+        lag_probe = asyncio.create_task(_probe_loop_lag(run))
         try:
             if arrival.mode == "closed":
                 await run.closed_loop(arrival.concurrency or 1)
             else:
                 await run.open_loop(arrival.rate or 1.0)
         finally:
+            lag_probe.cancel()
+            await asyncio.gather(lag_probe, return_exceptions=True)
             if progress is not None:
                 progress.cancel()
                 await asyncio.gather(progress, return_exceptions=True)
@@ -225,4 +240,5 @@ async def run_bench(
         started_unix=started_unix,
         duration_s=last_end,
         records=records,
+        loop_lag_s=tuple(run.loop_lags),
     )

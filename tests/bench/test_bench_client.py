@@ -69,7 +69,7 @@ async def happy(request):
             _chunk(" you", finish="stop"),
             _chunk(usage=usage),
             b"data: [DONE]\n\n",
-            b': {"itl_ms": [50, 50]}\n\n',
+            b': meridian-timing {"itl_ms": [50, 50]}\n\n',
         ],
     )
 
@@ -135,7 +135,7 @@ async def test_run_records_timing_usage_route_and_final_comment(server):
     assert record.usage_reported
     assert record.backend == "a1"
     assert record.server_timing == "gw;dur=1.2, upstream_ttfb;dur=40"
-    assert record.final_comment == '{"itl_ms": [50, 50]}'
+    assert record.final_comment == 'meridian-timing {"itl_ms": [50, 50]}'
     headers, body = app[SEEN][0]
     assert headers["X-Meridian-Origin"] == "eu-west"
     assert headers["X-Forwarded-For"] == "203.0.113.9"

@@ -1,0 +1,307 @@
+"""How much does the load generator itself add? Measure it against an emulator at known settings.
+
+    .venv/bin/python -m loadtests.bench.accuracy [--levels 1,100,300,1000] [--itl-ms 40]
+        [--overhead-ms 100] [--output-tokens 64] [--tolerance-pct 5] [--out DIR]
+
+For each concurrency level a fresh ``meridian emulate`` process (a separate process, as in real
+use) serves one backend whose timing is fixed: decode steps of exactly ``--itl-ms`` whatever the
+batch (``decode_per_seq_ms=0``), negligible prefill, ``max_num_seqs`` large enough never to queue.
+So every inter-token gap the emulator schedules is exactly ``--itl-ms``. TTFT is the fixed
+overhead plus the wait for the engine's next step boundary (0 to 2 steps under load, none when
+idle), so its reference is the emulator's own TTFT, whose mean is exact (histogram sum / count
+from its ``/metrics``). Measured minus reference is what the client side (generator, loopback,
+and the emulator's own write lag when it runs out of CPU) adds; both processes' CPU use is shown
+so the saturating side can be told. The machine has 2 cores for both.
+
+A level is accurate when ITL p50 and p99 and the TTFT mean are within ``--tolerance-pct`` of
+the reference; the report names the highest level reached before the first inaccurate one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import resource
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from loadtests.bench.cli import run_fast
+from loadtests.bench.report import summarize
+from loadtests.bench.runner import BenchOptions, run_bench
+from loadtests.bench.workload import parse_workload
+
+MODEL = "emulated-model"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Settings:
+    itl_ms: float
+    overhead_ms: float
+    output_tokens: int
+    prompt_tokens: int
+    rounds: int  # requests per level = rounds x concurrency (at least min_requests)
+    min_requests: int
+    tolerance_pct: float
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    concurrency: int
+    requests: int
+    errors: int
+    duration_s: float
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    ttft_mean_ms: float | None
+    server_ttft_mean_ms: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    itl_mean_ms: float | None
+    server_itl_mean_ms: float | None
+    ttft_mean_err_pct: float | None
+    itl_p50_err_pct: float | None
+    itl_p99_err_pct: float | None
+    loop_lag_p99_ms: float | None  # the generator's own event-loop lag
+    bench_cpu_pct: float
+    emulator_cpu_pct: float
+    other_cpu_pct: float  # everything else on the machine meanwhile (other work competes)
+    accurate: bool
+
+
+def _err_pct(measured: float | None, reference: float | None) -> float | None:
+    if measured is None or reference is None or reference == 0:
+        return None
+    return (measured - reference) / reference * 100.0
+
+
+@contextlib.asynccontextmanager
+async def emulator(settings: Settings) -> AsyncIterator[tuple[str, int]]:
+    """A ``meridian emulate`` subprocess with fixed timing; yields (url, pid)."""
+    engine = {
+        "max_num_seqs": 100_000,
+        "max_num_batched_tokens": 100_000_000,
+        "prefill_tokens_per_s": 1e12,
+        "decode_base_ms": settings.itl_ms,
+        "decode_per_seq_ms": 0,
+        "first_token_overhead_ms": settings.overhead_ms,
+        "kv_cache_blocks": 1_000_000,
+    }
+    argv = [sys.executable, "-m", "gateway.cli", "emulate", "--backend", "acc", "--model", MODEL]
+    for key, value in engine.items():
+        argv += ["--engine", f"{key}={value}"]
+    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+    assert process.stdout is not None
+    try:
+        url = ""
+        while True:
+            line = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+            if not line:
+                raise RuntimeError("meridian emulate exited before it was ready")
+            message = orjson.loads(line)
+            url = message.get("url", url)
+            if message.get("ready"):
+                break
+        yield url, process.pid
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def server_means(url: str) -> tuple[float | None, float | None]:
+    """Mean TTFT and ITL in ms as the emulator recorded them (exact: sum / count)."""
+    async with aiohttp.ClientSession() as http, http.get(url + "/metrics") as response:
+        text = await response.text()
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:") and ("_sum{" in line or "_count{" in line):
+            name = line.split("{", 1)[0]
+            totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+
+    def mean(metric: str) -> float | None:
+        count = totals.get(f"{metric}_count", 0.0)
+        return totals[f"{metric}_sum"] / count * 1000.0 if count else None
+
+    return mean("vllm:time_to_first_token_seconds"), mean("vllm:inter_token_latency_seconds")
+
+
+def process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+def machine_busy_s() -> float:
+    """CPU seconds spent by every process on the machine (all cores) since boot."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks[:8]) - idle) / CLOCK_TICKS
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _workload(concurrency: int, settings: Settings) -> dict[str, object]:
+    requests = max(settings.rounds * concurrency, settings.min_requests)
+    return {
+        "name": f"accuracy-c{concurrency}",
+        "seed": 1,
+        "model": MODEL,
+        "arrival": {"mode": "closed", "concurrency": concurrency},
+        "limits": {"requests": requests},
+        "request_timeout_s": 600,
+        "mix": [
+            {
+                "kind": "chat",
+                "user_tokens": settings.prompt_tokens,
+                # Lengths spread +-25% so streams do not finish in the same engine step and
+                # come back as one burst (a lock-step artefact of equal lengths, not of load).
+                "max_tokens": [settings.output_tokens * 3 // 4, settings.output_tokens * 5 // 4],
+            }
+        ],
+    }
+
+
+async def measure_level(concurrency: int, settings: Settings) -> LevelResult:
+    workload = parse_workload(_workload(concurrency, settings))
+    async with emulator(settings) as (url, pid):
+        before = (own_cpu_s(), process_cpu_s(pid), machine_busy_s(), time.perf_counter())
+        result = await run_bench(url, workload, BenchOptions(max_connections=concurrency))
+        after = (own_cpu_s(), process_cpu_s(pid), machine_busy_s(), time.perf_counter())
+        bench_cpu, emu_cpu, busy, wall = (b - a for a, b in zip(before, after, strict=True))
+        server_ttft, server_itl = await server_means(url)
+    report = summarize(result)
+    ttft_err = _err_pct(report.ttft_ms.mean, server_ttft)
+    p50_err = _err_pct(report.itl_ms.p50, settings.itl_ms)
+    p99_err = _err_pct(report.itl_ms.p99, settings.itl_ms)
+    errors = [e for e in (ttft_err, p50_err, p99_err) if e is not None]
+    accurate = report.ok == report.requests and len(errors) == 3
+    accurate = accurate and all(abs(e) <= settings.tolerance_pct for e in errors)
+    return LevelResult(
+        concurrency=concurrency,
+        requests=report.requests,
+        errors=report.requests - report.ok,
+        duration_s=report.duration_s,
+        ttft_p50_ms=report.ttft_ms.p50,
+        ttft_p99_ms=report.ttft_ms.p99,
+        ttft_mean_ms=report.ttft_ms.mean,
+        server_ttft_mean_ms=server_ttft,
+        itl_p50_ms=report.itl_ms.p50,
+        itl_p99_ms=report.itl_ms.p99,
+        itl_mean_ms=report.itl_ms.mean,
+        server_itl_mean_ms=server_itl,
+        ttft_mean_err_pct=ttft_err,
+        itl_p50_err_pct=p50_err,
+        itl_p99_err_pct=p99_err,
+        loop_lag_p99_ms=report.loop_lag_ms.p99,
+        bench_cpu_pct=bench_cpu / wall * 100.0,
+        emulator_cpu_pct=emu_cpu / wall * 100.0,
+        other_cpu_pct=max(0.0, busy - bench_cpu - emu_cpu) / wall * 100.0,
+        accurate=accurate,
+    )
+
+
+def _cell(value: float | None, width: int, digits: int = 1, sign: bool = False) -> str:
+    if value is None:
+        return f"{'-':>{width}}"
+    return f"{value:>+{width}.{digits}f}" if sign else f"{value:>{width}.{digits}f}"
+
+
+def format_table(levels: list[LevelResult], settings: Settings) -> str:
+    head = (
+        f"{'conc':>5}{'reqs':>6}{'err':>4} | {'TTFT p50':>9}{'p99':>8}{'mean':>8}{'emu mean':>9}"
+        f"{'err%':>7} | {'ITL p50':>8}{'p99':>8}{'err50%':>8}{'err99%':>8}{'emu mean':>9} |"
+        f"{'loop lag':>9}{'cpu bench':>10}{'emu':>5}{'other':>6}  ok"
+    )
+    lines = [
+        f"configured: ITL {settings.itl_ms:g} ms (every gap), TTFT overhead "
+        f"{settings.overhead_ms:g} ms + 0..2 engine steps, {settings.output_tokens} output "
+        f"tokens +-25%, tolerance {settings.tolerance_pct:g}%. Times in ms; loop lag = p99 lateness of the "
+        "generator's 10 ms timer; CPU in % of one core (2 cores: 200%), 'other' = rest of machine",
+        head,
+    ]
+    for r in levels:
+        lines.append(
+            f"{r.concurrency:>5}{r.requests:>6}{r.errors:>4} | {_cell(r.ttft_p50_ms, 9)}"
+            f"{_cell(r.ttft_p99_ms, 8)}{_cell(r.ttft_mean_ms, 8)}{_cell(r.server_ttft_mean_ms, 9)}"
+            f"{_cell(r.ttft_mean_err_pct, 7, sign=True)} | {_cell(r.itl_p50_ms, 8, 2)}"
+            f"{_cell(r.itl_p99_ms, 8, 2)}{_cell(r.itl_p50_err_pct, 8, sign=True)}"
+            f"{_cell(r.itl_p99_err_pct, 8, sign=True)}{_cell(r.server_itl_mean_ms, 9, 2)} |"
+            f"{_cell(r.loop_lag_p99_ms, 9)}{r.bench_cpu_pct:>10.0f}{r.emulator_cpu_pct:>5.0f}"
+            f"{r.other_cpu_pct:>6.0f}  {'yes' if r.accurate else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def accurate_limit(levels: list[LevelResult]) -> int | None:
+    """The highest level reached before the first inaccurate one (None: not even the first)."""
+    limit = None
+    for level in levels:
+        if not level.accurate:
+            break
+        limit = level.concurrency
+    return limit
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench.accuracy", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--levels", default="1,100,300,1000", help="concurrency levels")
+    parser.add_argument("--itl-ms", type=float, default=40.0)
+    parser.add_argument("--overhead-ms", type=float, default=100.0)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3, help="requests per stream per level")
+    parser.add_argument("--min-requests", type=int, default=10)
+    parser.add_argument("--tolerance-pct", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, default=Path("out/bench_accuracy"))
+    return parser
+
+
+async def _run_levels(levels: list[int], settings: Settings) -> list[LevelResult]:
+    results = []
+    for concurrency in levels:
+        print(f"measuring concurrency {concurrency} ...", file=sys.stderr, flush=True)
+        results.append(await measure_level(concurrency, settings))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = Settings(
+        itl_ms=args.itl_ms,
+        overhead_ms=args.overhead_ms,
+        output_tokens=args.output_tokens,
+        prompt_tokens=args.prompt_tokens,
+        rounds=args.rounds,
+        min_requests=args.min_requests,
+        tolerance_pct=args.tolerance_pct,
+    )
+    levels = [int(level) for level in args.levels.split(",")]
+    results = run_fast(_run_levels(levels, settings))
+    print(format_table(results, settings))
+    limit = accurate_limit(results)
+    print(f"accurate within {settings.tolerance_pct:g}% up to concurrency: {limit}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "settings": asdict(settings),
+        "levels": [asdict(r) for r in results],
+        "accurate_up_to": limit,
+    }
+    path = args.out / "accuracy.json"
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""``meridian bench`` as a user runs it: a real process against a ``meridian emulate`` process."""
+
+import csv
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+ENGINE = {
+    "decode_base_ms": 5,
+    "decode_per_seq_ms": 0,
+    "first_token_overhead_ms": 20,
+    "prefill_tokens_per_s": 1_000_000,
+}
+WORKLOAD = """
+name: e2e
+seed: 9
+model: emulated-model
+arrival: {mode: closed, concurrency: 4}
+limits: {requests: 12, duration_s: 20}
+request_timeout_s: 10
+mix:
+  - {name: chat, kind: chat, weight: 2, system_prompt: {groups: 1, tokens: 128}, max_tokens: 8}
+  - {name: conversation, kind: session, turns: 2, max_tokens: 6}
+populations:
+  - {origin: us-east, addresses: [198.51.100.10]}
+  - {origin: eu-west}
+"""
+
+
+def _meridian(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gateway.cli", *args]
+
+
+@pytest.fixture
+def emulator_url() -> Iterator[str]:
+    argv = _meridian("emulate", "--backend", "e2e", "--model", "emulated-model")
+    for key, value in ENGINE.items():
+        argv += ["--engine", f"{key}={value}"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        lines = [orjson.loads(process.stdout.readline()) for _ in range(2)]
+        assert lines[1] == {"ready": True}
+        yield lines[0]["url"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_bench_run_writes_report_csv_and_plots_then_compares(emulator_url, tmp_path):
+    workload = tmp_path / "e2e.yaml"
+    workload.write_text(WORKLOAD)
+    out = tmp_path / "run"
+    argv = ["bench", "--url", emulator_url, "--workload", str(workload), "--out", str(out)]
+    argv += ["--slo-ttft-ms", "2000", "--slo-itl-p99-ms", "1000", "--no-progress"]
+    done = subprocess.run(_meridian(*argv), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "TTFT" in done.stdout and "by origin" in done.stdout
+
+    report = orjson.loads((out / "report.json").read_bytes())
+    assert (report["requests"], report["ok"], report["errors"]) == (12, 12, {})
+    assert report["usage_reported_fraction"] == 1.0
+    assert report["ttft_ms"]["p50"] >= ENGINE["first_token_overhead_ms"]
+    assert ENGINE["decode_base_ms"] * 0.8 <= report["itl_ms"]["p50"] <= 50
+    assert report["completion_tokens"] == sum(
+        int(r["completion_tokens"]) for r in csv.DictReader((out / "requests.csv").open())
+    )
+    assert report["goodput"]["good"] == 12 and report["goodput"]["slo_ttft_ms"] == 2000
+    assert set(report["by_origin"]) <= {"us-east", "eu-west"}
+    assert sum(g["requests"] for g in report["by_component"].values()) == 12
+    assert report["cached_tokens"] > 0  # the shared system prompt hits the prefix cache
+    rows = list(csv.DictReader((out / "requests.csv").open()))
+    assert len(rows) == 12 and all(row["status"] == "200" for row in rows)
+    assert all(len(row["itl_gaps_ms"].split()) == int(row["completion_tokens"]) - 1 for row in rows)
+    for name in ("ttft_cdf.png", "itl_cdf.png", "timeline.png"):
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+
+    report_path = str(out / "report.json")
+    compared = subprocess.run(
+        _meridian("bench", "compare", report_path, report_path),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert compared.returncode == 0, compared.stderr
+    ttft_row = next(line for line in compared.stdout.splitlines() if line.startswith("ttft p50"))
+    assert ttft_row.split()[-1] == "1.000"
+
+
+def test_bad_workload_is_reported_with_exit_status_2(tmp_path: Path):
+    workload = tmp_path / "bad.yaml"
+    workload.write_text("arrival: {mode: open}\nlimits: {}\nmix: []\n")
+    done = subprocess.run(
+        _meridian("bench", "--url", "http://127.0.0.1:9", "--workload", str(workload)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "bad.yaml" in done.stderr and "needs 'rate'" in done.stderr
