@@ -138,12 +138,7 @@ async def _relay_stream(
     response.headers["X-Accel-Buffering"] = "no"
     try:
         await response.prepare(request)
-        for event in opened.first_events:
-            if event.is_done:
-                await _end(response, opened)
-                return response
-            await response.write(event.raw)
-        async for event in opened.events():
+        async for event in opened.all_events():
             if event.is_done:
                 await _end(response, opened)
                 return response

@@ -100,6 +100,14 @@ class OpenedStream:
         if obj is not None and isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
 
+    async def all_events(self) -> AsyncIterator[SseEvent]:
+        """Every event of the stream: those read with the first token, then the rest."""
+        for event in self.first_events:
+            yield event
+        if not self.saw_done:
+            async for event in self.events():
+                yield event
+
     async def events(self) -> AsyncIterator[SseEvent]:
         """The events after the first token, as they arrive."""
         assert self.splitter is not None

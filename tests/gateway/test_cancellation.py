@@ -61,7 +61,9 @@ async def test_disconnect_during_non_streaming_request(emulator, gateway) -> Non
     async with aiohttp.ClientSession() as session:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
-                session.post(running.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 500}),
+                session.post(
+                    running.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 500}
+                ),
                 0.3,
             )
     await _wait_for(lambda: backend.stats.cancelled == 1)
@@ -76,7 +78,9 @@ async def test_many_disconnects_leak_no_tasks_or_connections(emulator, gateway) 
     async def one(session: aiohttp.ClientSession, index: int) -> None:
         body = {**CHAT, "stream": index % 2 == 0, "max_tokens": 200}
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(session.post(running.url + "/v1/chat/completions", json=body), 0.03)
+            await asyncio.wait_for(
+                session.post(running.url + "/v1/chat/completions", json=body), 0.03
+            )
 
     async with aiohttp.ClientSession() as session:
         await one(session, 0)  # warm up pools before taking the baseline

@@ -1,0 +1,40 @@
+# The two commands a newcomer needs:  `make run`  and  `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test setup lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+	bash scripts/install_redis.sh
+
+## Run the embedded default: the gateway in front of an emulated three-region fleet.
+run: $(STAMP)
+	$(BIN)/meridian serve
+
+## Install everything the tests need, then lint, type-check and run the whole suite.
+test: setup lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+## Gateway overhead benchmark (not part of the tests): direct vs through the gateway.
+bench: $(STAMP)
+	$(BIN)/python -m loadtests.bench_overhead
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
