@@ -1,0 +1,134 @@
+"""The grpc.aio server: Inference + standard health + reflection, on the caller's event loop.
+
+It runs in the same process and on the same (uv)loop as the aiohttp server: start it from an
+aiohttp ``cleanup_ctx`` entry (:func:`grpc_cleanup_ctx`) or any ``async with``
+(:func:`serving_grpc`). Draining flips the health service to NOT_SERVING first, so load
+balancers stop sending new calls while in-flight streams get ``grace_s`` to finish.
+
+Oversized messages are refused by gRPC itself with RESOURCE_EXHAUSTED ("received message larger
+than max"); a request within the gRPC limit whose JSON body exceeds the HTTP door's limit gets
+INVALID_ARGUMENT from the servicer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import grpc
+from aiohttp import web
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from gateway.grpc.backend import InferenceBackend
+from gateway.grpc.servicer import InferenceServicer, ServicerLimits
+from proto.meridian.v1 import inference_pb2 as pb
+from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
+
+log = logging.getLogger("meridian.grpc")
+
+INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["Inference"].full_name
+OVERALL_HEALTH = ""  # the health service's name for "the whole server"
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = ephemeral; the bound port is on RunningGrpcServer
+    max_receive_message_bytes: int = 4 * MiB
+    max_send_message_bytes: int = 16 * MiB
+    grace_s: float = 5.0
+    reflection: bool = True
+    limits: ServicerLimits = field(default_factory=ServicerLimits)
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_receive_message_length", self.max_receive_message_bytes),
+            ("grpc.max_send_message_length", self.max_send_message_bytes),
+            # Streams are long-lived and proxies drop idle connections: keep them alive.
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+
+
+@dataclass
+class RunningGrpcServer:
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    host: str
+    port: int
+    grace_s: float
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def drain(self) -> None:
+        """Report NOT_SERVING for every service from now on (new calls are still accepted)."""
+        await self.health.enter_graceful_shutdown()
+
+    async def close(self, grace_s: float | None = None) -> None:
+        await self.drain()
+        await self.server.stop(self.grace_s if grace_s is None else grace_s)
+
+
+async def start_grpc_server(
+    backend: InferenceBackend, config: GrpcServerConfig | None = None
+) -> RunningGrpcServer:
+    """Start serving on the running event loop; returns once the port is bound."""
+    config = config or GrpcServerConfig()
+    server = grpc.aio.server(options=config.channel_options())
+    servicer = InferenceServicer(backend, config.limits)
+    pb_grpc.add_InferenceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if config.reflection:
+        names = (
+            INFERENCE_SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, server)
+    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    if port == 0:
+        raise OSError(f"gRPC server could not bind {config.host}:{config.port}")
+    await server.start()
+    for service in (OVERALL_HEALTH, INFERENCE_SERVICE):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    log.info("gRPC serving on %s:%d", config.host, port)
+    return RunningGrpcServer(server, health_servicer, config.host, port, config.grace_s)
+
+
+@asynccontextmanager
+async def serving_grpc(
+    backend: InferenceBackend, config: GrpcServerConfig | None = None
+) -> AsyncIterator[RunningGrpcServer]:
+    running = await start_grpc_server(backend, config)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+GRPC_SERVER = web.AppKey("grpc_server", RunningGrpcServer)
+
+
+def grpc_cleanup_ctx(
+    backend_for: Callable[[web.Application], InferenceBackend],
+    config: GrpcServerConfig | None = None,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """An ``app.cleanup_ctx`` entry: the gRPC server lives exactly as long as the aiohttp app.
+
+    ``backend_for`` is called at start-up, after earlier cleanup_ctx entries have set up what it
+    needs (the relay). The running server is stored under ``app[GRPC_SERVER]``.
+    """
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        async with serving_grpc(backend_for(app), config) as running:
+            app[GRPC_SERVER] = running
+            yield
+
+    return lifecycle

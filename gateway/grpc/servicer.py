@@ -1,0 +1,162 @@
+"""The ``meridian.v1.Inference`` servicer: gRPC in, the shared backend path underneath.
+
+Each streaming RPC: validate and convert the message to the OpenAI body (INVALID_ARGUMENT on
+failure), hand it to the injected :class:`InferenceBackend`, send initial metadata when the
+first token is ready, convert every chunk, and end with trailers — OK with end-of-stream timings,
+or the mapped status. A client that cancels or whose deadline passes cancels this handler; the
+backend stream is closed with it, which cancels the upstream request.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from gateway.grpc.backend import (
+    BackendRequest,
+    InferenceBackend,
+    RpcKind,
+    StreamChunk,
+    StreamEnded,
+    StreamFailed,
+    StreamOpened,
+)
+from gateway.grpc.chunk_convert import (
+    MalformedChunk,
+    chat_chunk_from_json,
+    completion_chunk_from_json,
+)
+from gateway.grpc.request_convert import (
+    ConvertedRequest,
+    InvalidRequest,
+    chat_request_to_body,
+    completion_request_to_body,
+)
+from gateway.grpc.status_map import failure_for_error
+from proto.meridian.v1 import inference_pb2 as pb
+from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
+
+log = logging.getLogger("meridian.grpc")
+
+TENANT_KEY = "x-meridian-tenant"
+REQUEST_ID_KEY = "x-request-id"
+FORWARDED_KEYS = frozenset({"traceparent", "tracestate"})
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+Chunk = TypeVar("Chunk", pb.ChatCompletionChunk, pb.CompletionChunk)
+
+
+@dataclass(frozen=True, slots=True)
+class ServicerLimits:
+    # The converted JSON body is held to the HTTP door's limit, so both doors accept the same.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def _text_metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    pairs = context.invocation_metadata() or ()
+    return {key: value for key, value in pairs if isinstance(value, str)}
+
+
+class InferenceServicer(pb_grpc.InferenceServicer):
+    def __init__(self, backend: InferenceBackend, limits: ServicerLimits | None = None) -> None:
+        self.backend = backend
+        self.limits = limits or ServicerLimits()
+
+    async def ChatCompletion(
+        self, request: pb.ChatCompletionRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ChatCompletionChunk]:
+        stream = self._relay(
+            RpcKind.CHAT, request, chat_request_to_body, chat_chunk_from_json, context
+        )
+        async with aclosing(stream):
+            async for chunk in stream:
+                yield chunk
+
+    async def Completion(
+        self, request: pb.CompletionRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.CompletionChunk]:
+        stream = self._relay(
+            RpcKind.COMPLETIONS,
+            request,
+            completion_request_to_body,
+            completion_chunk_from_json,
+            context,
+        )
+        async with aclosing(stream):
+            async for chunk in stream:
+                yield chunk
+
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListModelsResponse:
+        entries = await self.backend.list_models()
+        return pb.ListModelsResponse(
+            models=[pb.Model(id=e.id, created=e.created, owned_by=e.owned_by) for e in entries]
+        )
+
+    async def _backend_request(
+        self,
+        kind: RpcKind,
+        converted: ConvertedRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> BackendRequest:
+        body = converted.body_bytes()
+        if len(body) > self.limits.max_body_bytes:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"request is {len(body)} bytes as JSON; the limit is {self.limits.max_body_bytes}",
+            )
+        metadata = _text_metadata(context)
+        request_id = metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex
+        return BackendRequest(
+            kind=kind,
+            body=body,
+            request_id=request_id,
+            tenant=converted.tenant or metadata.get(TENANT_KEY),
+            timeout_s=context.time_remaining(),
+            forward_metadata=tuple((k, v) for k, v in metadata.items() if k in FORWARDED_KEYS),
+        )
+
+    async def _relay(
+        self,
+        kind: RpcKind,
+        request: Any,
+        to_body: Callable[[Any], ConvertedRequest],
+        from_json: Callable[[dict[str, Any]], Chunk],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncGenerator[Chunk, None]:
+        try:
+            converted = to_body(request)
+        except InvalidRequest as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        backend_request = await self._backend_request(kind, converted, context)
+        events = self.backend.stream(backend_request)
+        async with aclosing(events):
+            async for event in events:
+                if isinstance(event, StreamChunk):
+                    try:
+                        yield from_json(event.data)
+                    except MalformedChunk as err:
+                        log.warning("request_id=%s %s", backend_request.request_id, err)
+                        await context.abort(grpc.StatusCode.INTERNAL, str(err))
+                elif isinstance(event, StreamOpened):
+                    await context.send_initial_metadata(event.metadata)
+                elif isinstance(event, StreamEnded):
+                    context.set_trailing_metadata(event.metadata)
+                    return
+                elif isinstance(event, StreamFailed):
+                    await _abort_with(context, event)
+        # The backend ended without saying how: treat as broken, never as a silent OK.
+        await context.abort(grpc.StatusCode.INTERNAL, "backend stream ended without a status")
+
+
+async def _abort_with(context: grpc.aio.ServicerContext, failed: StreamFailed) -> None:
+    failure = failure_for_error(failed)
+    trailers: tuple[tuple[str, str | bytes], ...] = (*failed.metadata, *failure.trailing_metadata)
+    await context.abort(failure.code, failure.details, trailers)
