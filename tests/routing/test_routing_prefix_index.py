@@ -134,3 +134,11 @@ def test_bulk_lookup_agrees_with_per_backend_lookup(records, query_family, now) 
     bulk = index.cached_tokens(query, now)
     for backend in "abcde":
         assert bulk.get(backend, 0) == index.longest_cached_prefix(backend, query, now)
+
+
+def test_non_chain_input_cannot_corrupt_the_index() -> None:
+    index = PrefixIndex(block_tokens=1)
+    index.record("a", (5,), now=0.0)
+    index.record("a", (1, 5), now=0.0)  # not a real chain: block 5 cannot follow block 1
+    index.forget("a")
+    assert index.memory_report().entries == 0 and index.memory_report().distinct_blocks == 0

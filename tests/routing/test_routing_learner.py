@@ -1,0 +1,171 @@
+"""The online learner converges on synthetic streams; the router uses what it learned."""
+
+from __future__ import annotations
+
+import random
+
+from routing.learner import LearnerParams, OnlineLearner
+from routing.policies import build_router
+from routing.types import Observation
+from tests.routing.routing_fixtures import fleet, profile, spec, state
+
+
+def _stream(router, snapshot, prof, truth, steps, rng, **obs_kwargs) -> list[float]:
+    """Decide, then observe the 'true' TTFT (noisy); returns |error| / actual per step."""
+    errors = []
+    for step in range(steps):
+        now = float(step)
+        chosen = router.decide(prof, snapshot, now).ranked[0]
+        actual = truth(chosen) * rng.uniform(0.95, 1.05)
+        errors.append(abs(chosen.predicted_ttft_ms - actual) / actual)
+        router.observe(
+            Observation(
+                chosen.backend, now, ok=True, ttft_ms=actual, itl_ms=30.0, output_tokens=100,
+                predicted_ttft_ms=chosen.predicted_ttft_ms, predicted_terms_ms=chosen.terms_ms,
+                **obs_kwargs,
+            )
+        )  # fmt: skip
+    return errors
+
+
+def test_prefill_rate_converges_when_prefill_dominates() -> None:
+    rng = random.Random(1)
+    router = build_router("predicted_ttft", {}, 0)
+    snapshot = fleet(state("a", rtt_ms=5.0, running=0, waiting=0, as_of=0.0))
+    prof = profile(prompt_tokens=4000)
+    truth = lambda c: 5.0 + 10.0 + 4000 / 2500 * 1000  # noqa: E731 - the backend is 4x slower than configured
+    errors = _stream(router, snapshot, prof, truth, 150, rng)
+    assert errors[0] > 0.5 and sum(errors[-20:]) / 20 < 0.08
+    est = router.scorer.learner.estimate("a")  # type: ignore[attr-defined]
+    assert 2200 < est.prefill_rate < 2800 and est.itl_ms == 30.0 and est.service_ms > 0
+    late = router.explain(prof, snapshot, 200.0).ranked[0]
+    assert (
+        late.term_age_s["prefill"] > 0
+        and late.term_spread_ms["prefill"] < 0.15 * late.terms_ms["prefill"]
+    )
+
+
+def test_queue_scale_converges_when_queue_dominates() -> None:
+    rng = random.Random(2)
+    router = build_router("predicted_ttft", {}, 0)
+    snapshot = fleet(state("a", rtt_ms=1.0, running=256, waiting=20, as_of=0.0))
+    first = router.explain(profile(prompt_tokens=10), snapshot, 0.0).ranked[0]
+    queue = first.terms_ms["queue"]
+    truth = lambda c: 3 * queue + 11.0  # noqa: E731 - the queue drains 3x slower than modelled
+    errors = _stream(router, snapshot, profile(prompt_tokens=10), truth, 200, rng)
+    assert errors[0] > 0.5 and sum(errors[-20:]) / 20 < 0.1
+    late = router.explain(profile(prompt_tokens=10), snapshot, 300.0).ranked[0]
+    assert abs(late.terms_ms["queue"] - (3 * queue - 1.0)) < 0.1 * 3 * queue
+
+
+def test_reported_queue_wait_teaches_queue_and_prefill_separately() -> None:
+    learner = OnlineLearner()
+    for i in range(150):
+        est = learner.estimate("a")
+        scale, rate = (
+            (1.0, 10_000.0) if est is None else (est.queue_scale, est.prefill_rate or 10_000.0)
+        )
+        terms = {
+            "rtt": 5.0,
+            "first_token_overhead": 5.0,
+            "queue": 25.0 * scale,
+            "prefill": 1000 * 1000 / rate,
+        }
+        learner.observe(
+            Observation(
+                "a",
+                float(i),
+                ok=True,
+                ttft_ms=10 + 50 + 400,
+                queue_wait_ms=50.0,
+                predicted_terms_ms=terms,
+            ),
+            spec("a"),
+        )
+    est = learner.estimate("a")
+    assert est is not None and 1.9 < est.queue_scale < 2.1 and 2400 < (est.prefill_rate or 0) < 2600
+
+
+def test_bias_learns_a_fixed_offset() -> None:
+    rng = random.Random(3)
+    router = build_router("predicted_ttft", {"bias_learning_rate": 0.2}, 0)
+    snapshot = fleet(state("a", rtt_ms=2.0, running=0, waiting=0, as_of=0.0))
+    errors = _stream(
+        router, snapshot, profile(prompt_tokens=0), lambda c: 2.0 + 10.0 + 40.0, 150, rng
+    )
+    assert sum(errors[-20:]) / 20 < 0.08
+    est = router.scorer.learner.estimate("a")  # type: ignore[attr-defined]
+    assert 35 < est.bias_ms < 45 and est.bias_dev_ms > 0
+
+
+def test_cold_start_is_learned_from_requests_that_hit_one() -> None:
+    learner = OnlineLearner()
+    terms = {
+        "rtt": 1.0,
+        "first_token_overhead": 10.0,
+        "queue": 0.0,
+        "prefill": 5.0,
+        "cold_start": 1000.0,
+    }
+    for i in range(40):
+        learner.observe(
+            Observation(
+                "s", float(i), ok=True, ttft_ms=3016.0, cold_start=True, predicted_terms_ms=terms
+            ),
+            None,
+        )
+    est = learner.estimate("s")
+    assert est is not None and 2900 < est.cold_start_ms < 3100
+    assert est.prefill_rate is None  # no spec and no prefill blame: nothing to learn from
+
+
+def test_calibration_tracks_the_p90_ratio_and_failures_teach_nothing() -> None:
+    learner = OnlineLearner(LearnerParams(quantile_step=0.02))
+    rng = random.Random(4)
+    for i in range(3000):
+        learner.observe(
+            Observation(
+                "a",
+                float(i),
+                ok=True,
+                ttft_ms=100.0 * rng.uniform(0.8, 1.6),
+                predicted_ttft_ms=100.0,
+            ),
+            None,
+        )
+    est = learner.estimate("a")
+    assert est is not None and 1.4 < est.ratio_p90 < 1.6 and est.abs_rel_error is not None
+    learner.observe(Observation("a", 1.0, ok=False, error_kind="reset"), None)
+    learner.observe(Observation("a", 1.0, ok=True), None)  # no TTFT: counted, nothing learned
+    learner.observe(
+        Observation("a", 1.0, ok=True, ttft_ms=50.0, predicted_terms_ms={"rtt": 10.0}), None
+    )
+    assert est.failures == 1 and est.observations == 3003 and learner.estimates()["a"] is est
+
+
+def test_small_terms_carry_no_rate_signal() -> None:
+    learner = OnlineLearner()
+    tiny = {"rtt": 0.0, "first_token_overhead": 0.0, "queue": 1.0, "prefill": 1.0}
+    learner.observe(
+        Observation("a", 0.0, ok=True, ttft_ms=9.0, queue_wait_ms=5.0, predicted_terms_ms=tiny),
+        spec("a"),
+    )
+    est = learner.estimate("a")
+    assert est is not None and est.prefill_rate is None and est.queue_scale == 1.0
+
+
+def test_observations_for_unknown_backends_do_not_break_decisions() -> None:
+    router = build_router("predicted_ttft", {}, 0)
+    router.observe(Observation("ghost", 0.0, ok=True, ttft_ms=10.0, prefix_hashes=(1, 2)))
+    decision = router.decide(
+        profile(prefix_hashes=(1, 2), prompt_tokens=32), fleet(state("a")), 1.0
+    )
+    assert decision.ranked[0].backend == "a" and decision.ranked[0].cached_tokens == 0
+
+
+def test_prefill_blame_without_a_spec_or_rate_learns_nothing() -> None:
+    learner = OnlineLearner()
+    terms = {"rtt": 1.0, "queue": 0.0, "prefill": 100.0}
+    learner.observe(Observation("x", 0.0, ok=True, ttft_ms=300.0, predicted_terms_ms=terms), None)
+    est = learner.estimate("x")
+    assert est is not None and est.prefill_rate is None and est.prefill_ms == 100.0
