@@ -67,6 +67,11 @@ def build_app(config: GatewayConfig, router: Router | None = None) -> web.Applic
         await pool.close()
 
     app.cleanup_ctx.append(upstream_pool)
+    if config.listen.grpc_port is not None:
+        # Imported here: grpc loads only when the gRPC door is configured.
+        from gateway.grpc.mount import grpc_server_ctx
+
+        app.cleanup_ctx.append(grpc_server_ctx)  # after the pool: stops before it closes
     add_routes(app)
     return app
 

@@ -9,6 +9,7 @@ OpenAI-compatible server directly (the baseline for the overhead benchmark).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -37,6 +38,8 @@ class BackendRequest:
     timeout_s: float | None = None  # what is left of the client's gRPC deadline, if it set one
     # Client metadata worth forwarding (traceparent, ...), already filtered by the servicer.
     forward_metadata: Metadata = ()
+    # time.perf_counter() when the call arrived: the start of the gateway's own timings.
+    received_at: float = field(default_factory=time.perf_counter)
 
 
 @dataclass(frozen=True, slots=True)

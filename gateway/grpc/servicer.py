@@ -10,6 +10,7 @@ backend stream is closed with it, which cancels the upstream request.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
@@ -105,6 +106,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         kind: RpcKind,
         converted: ConvertedRequest,
         context: grpc.aio.ServicerContext,
+        received_at: float,
     ) -> BackendRequest:
         body = converted.body_bytes()
         if len(body) > self.limits.max_body_bytes:
@@ -121,6 +123,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             tenant=converted.tenant or metadata.get(TENANT_KEY),
             timeout_s=context.time_remaining(),
             forward_metadata=tuple((k, v) for k, v in metadata.items() if k in FORWARDED_KEYS),
+            received_at=received_at,
         )
 
     async def _relay(
@@ -131,11 +134,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         from_json: Callable[[dict[str, Any]], Chunk],
         context: grpc.aio.ServicerContext,
     ) -> AsyncGenerator[Chunk, None]:
+        received_at = time.perf_counter()
         try:
             converted = to_body(request)
         except InvalidRequest as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        backend_request = await self._backend_request(kind, converted, context)
+        backend_request = await self._backend_request(kind, converted, context, received_at)
         events = self.backend.stream(backend_request)
         async with aclosing(events):
             async for event in events:

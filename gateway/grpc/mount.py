@@ -1,0 +1,48 @@
+"""Mount the gRPC door on the gateway's aiohttp application (same process, loop and Relay).
+
+``app.cleanup_ctx.append(grpc_server_ctx)`` in ``gateway.app.build_app``: when
+``listen.grpc_port`` is configured the gRPC server starts after the HTTP app's earlier contexts
+and stops before them; the running server is ``app[GRPC_SERVER]`` (its ``port`` when the
+configured port was 0, ``drain()`` to report NOT_SERVING before shutdown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from gateway.grpc.relay_backend import RelayBackend
+from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
+from gateway.grpc.servicer import ServicerLimits
+from gateway.state_keys import CONFIG, METRICS, RELAY
+
+__all__ = ["GRPC_SERVER", "grpc_server_config", "grpc_server_ctx"]
+
+
+def grpc_server_config(config: GatewayConfig) -> GrpcServerConfig | None:
+    """The gRPC listener the gateway config asks for, or None when it asks for none."""
+    port = config.listen.grpc_port
+    if port is None:
+        return None
+    limit = config.limits.max_body_bytes
+    # A protobuf request is never much bigger than its JSON body: the HTTP door's body limit
+    # bounds both the wire message (RESOURCE_EXHAUSTED) and the converted body (INVALID_ARGUMENT).
+    return GrpcServerConfig(
+        host=config.listen.host,
+        port=port,
+        max_receive_message_bytes=limit,
+        limits=ServicerLimits(max_body_bytes=limit),
+    )
+
+
+async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
+    server_config = grpc_server_config(app[CONFIG])
+    if server_config is None:
+        yield
+        return
+    backend = RelayBackend(app[RELAY], app[CONFIG], app[METRICS])
+    async with serving_grpc(backend, server_config) as running:
+        app[GRPC_SERVER] = running
+        yield

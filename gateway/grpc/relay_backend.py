@@ -1,0 +1,149 @@
+"""The gRPC door on the gateway's own relay: same parsing, routing, fallback and timing as HTTP.
+
+The flow mirrors ``gateway.http_api._completion``: parse the body like an HTTP request, let the
+relay walk the ranked candidates until one produces a first token, then stream. The route and
+this hop's ``server-timing`` entries become initial metadata at that moment (like the HTTP
+response headers); the end-of-stream summary (the HTTP ``meridian-timing`` comment line) becomes
+trailing metadata, on success and on a mid-stream failure alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import orjson
+
+from gateway.config import GatewayConfig
+from gateway.errors import ApiError
+from gateway.grpc.backend import (
+    BackendEvent,
+    BackendRequest,
+    Metadata,
+    ModelEntry,
+    StreamChunk,
+    StreamEnded,
+    StreamFailed,
+    StreamOpened,
+)
+from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
+from gateway.metrics import GatewayMetrics
+from gateway.relay import Relay
+from gateway.stream import OpenedStream, StreamBroken
+from gateway.timing import TimingEntry, render
+
+log = logging.getLogger("meridian.grpc")
+
+ROUTE_KEY = "x-meridian-route"
+TIMING_KEY = "server-timing"
+SUMMARY_KEY = "x-meridian-timing"  # the end-of-stream summary JSON, as on the HTTP door
+_SUMMARY_TIMINGS = ("ttft_ms", "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "e2e_ms")
+
+
+def _failed(error: ApiError, metadata: Metadata = ()) -> StreamFailed:
+    return StreamFailed(error.status, error.message, error.code, error.retry_after_s, metadata)
+
+
+def summary_metadata(summary: dict[str, Any]) -> Metadata:
+    """Trailers: the summary as JSON plus its durations as ``server-timing`` entries."""
+    entries = [
+        TimingEntry(name.removesuffix("_ms"), summary[name])
+        for name in _SUMMARY_TIMINGS
+        if isinstance(summary.get(name), int | float)
+    ]
+    return ((SUMMARY_KEY, orjson.dumps(summary).decode()), (TIMING_KEY, render(entries)))
+
+
+class RelayBackend:
+    """An :class:`~gateway.grpc.backend.InferenceBackend` over the process's one :class:`Relay`."""
+
+    def __init__(self, relay: Relay, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+        self.relay = relay
+        self.config = config
+        self.metrics = metrics
+
+    async def list_models(self) -> Sequence[ModelEntry]:
+        return [ModelEntry(model) for model in self.config.models()]
+
+    def _count(self, endpoint: Endpoint, model: str, status: str) -> None:
+        self.metrics.requests.labels("grpc", endpoint.value, model, status).inc()
+
+    async def _open(
+        self, request: BackendRequest, endpoint: Endpoint
+    ) -> tuple[InboundRequest, OpenedStream] | StreamFailed:
+        model = "unknown"
+        try:
+            inbound = parse_inbound(
+                endpoint,
+                request.body,
+                request_id=request_id_from(request.request_id),
+                tenant=tenant_from(request.tenant),
+                origin=None,
+                known_models=self.relay.known_models,
+                received_at=request.received_at,
+            )
+            model = inbound.model
+            forward = {"X-Request-Id": inbound.request_id, **dict(request.forward_metadata)}
+            # The client's deadline bounds routing and every attempt; after the first token
+            # gRPC itself enforces it by cancelling the call.
+            async with asyncio.timeout(request.timeout_s):
+                opened = await self.relay.open(inbound, forward)
+        except ApiError as err:
+            self._count(endpoint, model, str(err.status))
+            return _failed(err)
+        except TimeoutError:
+            self._count(endpoint, model, "504")
+            message = "the call's deadline passed before any backend produced a first token"
+            return StreamFailed(504, message, "deadline_exceeded")
+        return inbound, opened
+
+    async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
+        endpoint = Endpoint(request.kind.value)
+        result = await self._open(request, endpoint)
+        if isinstance(result, StreamFailed):
+            yield result
+            return
+        inbound, opened = result
+        ok = False
+        try:
+            yield StreamOpened(
+                (
+                    (ROUTE_KEY, opened.route.header()),
+                    (TIMING_KEY, render(opened.entries)),
+                    ("x-request-id", inbound.request_id),
+                )
+            )
+            async for event in opened.all_events():
+                if event.is_done:
+                    break
+                if event.data is None:
+                    continue
+                data = orjson.loads(event.data)
+                if isinstance(data, dict) and "error" in data:
+                    yield self._error_event(data, opened)
+                    return
+                yield StreamChunk(data)
+            ok = True
+            yield StreamEnded(summary_metadata(opened.summary(time.perf_counter())))
+        except StreamBroken as broken:
+            log.warning("grpc stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
+            self.metrics.stream_errors.labels(opened.route.backend, broken.kind).inc()
+            yield _failed(broken.error, summary_metadata(opened.summary(time.perf_counter())))
+        finally:
+            self.relay.finish(inbound, opened, ok, time.perf_counter())
+            self._count(endpoint, inbound.model, "200" if ok else "aborted")
+
+    def _error_event(self, data: dict[str, Any], opened: OpenedStream) -> StreamFailed:
+        error = data.get("error")
+        fields = error if isinstance(error, dict) else {}
+        code = fields.get("code")
+        return StreamFailed(
+            502,
+            str(fields.get("message") or "backend sent an error event mid-stream"),
+            code if isinstance(code, str) else "upstream_error_event",
+            None,
+            summary_metadata(opened.summary(time.perf_counter())),
+        )
