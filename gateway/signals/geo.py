@@ -138,7 +138,11 @@ class GeoLocator:
         return self._database is not None
 
     def load(self) -> SignalError | None:
-        """(Re)open the database if its file changed. Blocking: call from a thread or startup."""
+        """(Re)open the database if its file changed. Blocking: for startup and tests."""
+        return self._install(self._open_if_changed())
+
+    def _open_if_changed(self) -> _Database | SignalError | None:
+        """Runs in a worker thread: the file I/O. ``None`` means nothing to do."""
         path = self._config.database_path
         if path is None:
             return None
@@ -148,19 +152,25 @@ class GeoLocator:
                 return None
         except OSError:
             pass  # vanished: keep serving from the open copy; open_database reports it below
-        opened = open_database(path)
+        return open_database(path)
+
+    def _install(self, opened: _Database | SignalError | None) -> SignalError | None:
+        """Runs on the event loop, so no lookup is ever using the reader being closed."""
+        if opened is None:
+            return None
         error = opened if isinstance(opened, SignalError) else None
         self._transitions.update("geoip", error)
         if isinstance(opened, _Database):
-            self._database, self._cache = opened, _Lru(self._config.cache_size)
-            if current is not None:
-                current.reader.close()
+            previous, self._database = self._database, opened
+            self._cache = _Lru(self._config.cache_size)
+            if previous is not None:
+                previous.reader.close()
         return error
 
     async def start(self) -> None:
         if self._config.database_path is None or self._tasks.running:
             return
-        await asyncio.to_thread(self.load)
+        await self._reload()
         self._tasks.spawn(
             run_periodically(
                 self._reload,
@@ -173,7 +183,7 @@ class GeoLocator:
         )
 
     async def _reload(self) -> None:
-        await asyncio.to_thread(self.load)
+        self._install(await asyncio.to_thread(self._open_if_changed))
 
     async def stop(self) -> None:
         await self._tasks.stop()

@@ -18,7 +18,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import aiohttp
@@ -129,6 +129,7 @@ class Prober:
         self._summaries = {t.name: ProbeSummary(t.name) for t in self._targets}
         self._semaphore = asyncio.Semaphore(config.concurrency)
         self._transitions = ErrorTransitions(logger, "probe")
+        self._canary_transitions = ErrorTransitions(logger, "canary")
         self._tasks = TaskOwner()
         self._pooled: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None
@@ -166,11 +167,11 @@ class Prober:
         self,
         target: BackendTarget,
         kind: str,
-        step: Callable[[BackendTarget], object],
+        step: Callable[[BackendTarget], Awaitable[object]],
         interval_s: float,
     ) -> None:
         loop = run_periodically(
-            functools.partial(step, target),  # type: ignore[arg-type]
+            functools.partial(step, target),
             interval_s=interval_s,
             jitter=self._config.jitter,
             rng=self._rng,
@@ -233,7 +234,8 @@ class Prober:
             probes_total=old.probes_total + 1,
             failures_total=old.failures_total + (1 if failed else 0),
         )
-        summary = replace(summary, rtt_ms=summary.pooled_ms or summary.fresh_ms)
+        rtt = summary.pooled_ms if summary.pooled_ms is not None else summary.fresh_ms
+        summary = replace(summary, rtt_ms=rtt)
         self._publish(summary, error)
         if self._observer is not None:
             self._observer.on_probe(summary, pooled_ms, fresh_ms, error)
@@ -268,9 +270,12 @@ class Prober:
         self, target: BackendTarget, ttft: float | SignalError, idle_for: float | None, now: float
     ) -> ProbeSummary:
         old = self._summaries[target.name]
+        self._canary_transitions.update(
+            target.name, ttft if isinstance(ttft, SignalError) else None
+        )
         if isinstance(ttft, SignalError):
             summary = replace(old, last_canary_at=now, last_canary_error=ttft)
-            self._publish(summary, None)
+            self._publish(summary, old.last_error)
             return summary
         cold_reason = self._cold_reason(target, ttft, old.warm_ttft_ms, idle_for)
         if cold_reason is None:
@@ -282,7 +287,7 @@ class Prober:
             starts = (*old.cold_starts, cold)[-COLD_STARTS_KEPT:]
             summary = replace(old, cold_starts=starts, last_canary_at=now, last_canary_error=None)
             logger.info("canary found backend %s cold: %s", target.name, cold_reason)
-        self._publish(summary, None)
+        self._publish(summary, old.last_error)
         if self._observer is not None:
             self._observer.on_canary(summary, ttft, cold_reason is not None)
         return summary

@@ -90,12 +90,17 @@ async def test_canary_measures_ttft_after_the_role_preamble():
     assert summary.cold_starts == () and summary.last_canary_error is None
 
 
-async def test_canary_errors_are_values():
+async def test_canary_errors_are_values_logged_once(caplog):
+    caplog.set_level(logging.INFO, logger="gateway.signals.probes")
     async with canned_backend(CannedBackend(canary_status=500)) as backend:
         t = target("b", backend.url)
         prober = Prober([t], canary_config())
-        summary = await prober.canary_once(t)
+        for _ in range(3):
+            summary = await prober.canary_once(t)
         await prober.stop()
+    assert [r.getMessage() for r in caplog.records] == [
+        "canary of backend b failing: http_status: canary answered HTTP 500"
+    ]
     assert summary.last_canary_error is not None
     assert summary.last_canary_error.kind is SignalErrorKind.HTTP_STATUS
     assert summary.warm_ttft_ms is None
