@@ -176,7 +176,7 @@ def test_in_flight_accounting_spreads_a_burst_and_observe_releases() -> None:
     assert sorted(picks) == ["b0", "b0", "b1", "b1", "b2", "b2"]
     for backend in picks:
         router.observe(Observation(backend, 2.0, ok=True))
-    assert router.load.open.tolist() == [0.0, 0.0, 0.0]  # type: ignore[attr-defined]
+    assert router.load.open.tolist() == [0.0, 0.0, 0.0]
 
 
 def test_pipeline_router_rejects_bad_max_ranked() -> None:
@@ -189,10 +189,10 @@ def test_dynamic_filters_have_no_static_key_and_release_is_explicit() -> None:
     router = build_router("llm_d", {}, 0)
     snapshot = fleet(state("a"))
     router.decide(profile(), snapshot, 0.0)
-    assert router.load.open.tolist() == [1.0]  # type: ignore[attr-defined]
+    assert router.load.open.tolist() == [1.0]
     router.release("a")
     router.observe(Observation("a", 1.0, ok=True))
-    assert router.load.open.tolist() == [0.0]  # type: ignore[attr-defined]
+    assert router.load.open.tolist() == [0.0]
     cache = build_router("cache_aware", {}, 0)
     cache.decide(profile(), snapshot, 0.0)
     cache.observe(Observation("a", 1.0, ok=True))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing.policies import build_router
-from routing.types import BackendKind, Candidate, LatencyClass
+from routing.types import BackendKind, BackendState, Candidate, LatencyClass, RequestProfile
 from tests.routing.routing_fixtures import fleet, profile, state
 
 SERVERLESS = {"kind": BackendKind.SERVERLESS, "cold_start_ms": 5000.0, "idle_timeout_s": 100.0}
@@ -16,7 +18,14 @@ def predicted(decision_ranked: tuple[Candidate, ...], backend: str) -> Candidate
     return next(c for c in decision_ranked if c.backend == backend)
 
 
-def explain_one(backend_state, prof, now=10.0, **fleet_kwargs):
+def ttft(c: Candidate) -> tuple[float, float]:
+    assert c.predicted_ttft_ms is not None and c.predicted_ttft_p90_ms is not None
+    return c.predicted_ttft_ms, c.predicted_ttft_p90_ms
+
+
+def explain_one(
+    backend_state: BackendState, prof: RequestProfile, now: float = 10.0, **fleet_kwargs: Any
+) -> Candidate:
     router = build_router("predicted_ttft", {}, 0)
     return router.explain(prof, fleet(backend_state, **fleet_kwargs), now).ranked[0]
 
@@ -47,8 +56,7 @@ def test_more_cached_prefix_never_raises_predicted_ttft(
     ).ranked
     short, long = predicted(ranked, "short"), predicted(ranked, "long")
     assert long.cached_tokens >= short.cached_tokens
-    assert long.predicted_ttft_ms <= short.predicted_ttft_ms
-    assert long.predicted_ttft_p90_ms <= short.predicted_ttft_p90_ms
+    assert ttft(long)[0] <= ttft(short)[0] and ttft(long)[1] <= ttft(short)[1]
 
 
 @settings(max_examples=60, deadline=None)
@@ -77,22 +85,21 @@ def test_a_longer_queue_never_lowers_the_prediction(
         .ranked
     )
     a, b = predicted(ranked, "a"), predicted(ranked, "b")
-    assert b.predicted_ttft_ms >= a.predicted_ttft_ms and b.score >= a.score
-    assert b.predicted_ttft_p90_ms >= a.predicted_ttft_p90_ms
+    assert ttft(b)[0] >= ttft(a)[0] and ttft(b)[1] >= ttft(a)[1] and b.score >= a.score
 
 
 def test_terms_sum_to_the_prediction_and_carry_ages() -> None:
     c = explain_one(
         state("a", rtt_ms=20.0, running=300, waiting=10, as_of=8.0), profile(prompt_tokens=1000)
     )
-    assert abs(sum(c.terms_ms.values()) - c.predicted_ttft_ms) < 1e-6
+    assert abs(sum(c.terms_ms.values()) - ttft(c)[0]) < 1e-6
     assert c.terms_ms["rtt"] == 20.0 and c.terms_ms["prefill"] == 100.0 and c.terms_ms["queue"] > 0
     assert (
         c.term_age_s["rtt"] == 2.0
         and c.term_age_s["queue"] == 2.0
         and c.term_age_s["prefill"] == -1.0
     )
-    assert c.predicted_ttft_p90_ms > c.predicted_ttft_ms
+    assert ttft(c)[1] > ttft(c)[0]
 
 
 def test_stale_signals_widen_the_spread() -> None:
@@ -100,7 +107,7 @@ def test_stale_signals_widen_the_spread() -> None:
     stale = explain_one(state("a", rtt_ms=50.0, running=300, waiting=50, as_of=-50.0), profile())
     assert stale.predicted_ttft_ms == fresh.predicted_ttft_ms
     assert stale.term_spread_ms["queue"] > fresh.term_spread_ms["queue"]
-    assert stale.predicted_ttft_p90_ms > fresh.predicted_ttft_p90_ms
+    assert ttft(stale)[1] > ttft(fresh)[1]
 
 
 def test_rtt_falls_back_to_region_table_then_defaults() -> None:
@@ -138,9 +145,9 @@ def test_long_form_scores_end_to_end() -> None:
     prof = profile(prompt_tokens=100, latency_class=LatencyClass.LONG_FORM, max_tokens=1000)
     c = explain_one(state("a", running=0, waiting=0, as_of=10.0), prof)
     assert c.predicted_e2e_ms == c.score
-    assert abs(c.score - (c.predicted_ttft_ms + 20.0 * 1000)) < 1e-6
+    assert abs(c.score - (ttft(c)[0] + 20.0 * 1000)) < 1e-6
     default = explain_one(state("a"), profile(latency_class=LatencyClass.LONG_FORM))
-    assert abs(default.score - default.predicted_ttft_ms - 20.0 * 256) < 1e-6
+    assert abs(default.score - ttft(default)[0] - 20.0 * 256) < 1e-6
 
 
 def test_fast_slow_region_tradeoff_prefers_cache_until_queue_dominates() -> None:

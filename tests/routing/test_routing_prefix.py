@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from routing.prefix import block_hashes, canonical_chat, canonical_completion, estimate_tokens
 
 
 def test_chat_renders_tools_then_roles_and_contents_in_order() -> None:
     tools = [{"type": "function", "function": {"name": "f"}}]
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "be brief"},
         {
             "role": "user",
