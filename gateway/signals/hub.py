@@ -96,6 +96,8 @@ class SignalHub(ProbeObserver):
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self._tasks.running:
+            return
         await self.geo.start()
         await self.prober.start()
         await self.scraper.start()

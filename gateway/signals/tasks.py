@@ -10,6 +10,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+FIRST_RUN_SPREAD_S = 1.0
+
 
 def jittered(interval_s: float, jitter: float, rng: random.Random) -> float:
     """``interval_s`` spread by +/- ``jitter`` (a fraction), so many loops do not beat in step."""
@@ -26,13 +28,14 @@ async def run_periodically(
 ) -> None:
     """Run ``step`` forever on a jittered schedule until cancelled.
 
-    The first run comes after a random fraction of one interval, so loops started together
-    (one per backend) spread out instead of firing as a burst. A step that raises is logged
+    The first run comes after a random delay of up to one interval (at most a second, so a
+    fresh gateway has signals quickly), so loops started together (one per backend) spread out
+    instead of firing as a burst. A step that raises is logged
     once per distinct failure (not once per run) and the loop carries on: a signal loop that
     dies silently is worse than one that keeps trying.
     """
     last_failure: str | None = None
-    await asyncio.sleep(rng.uniform(0.0, interval_s))
+    await asyncio.sleep(rng.uniform(0.0, min(interval_s, FIRST_RUN_SPREAD_S)))
     while True:
         try:
             await step()
