@@ -51,6 +51,7 @@ class Settings:
     rounds: int  # requests per level = rounds x concurrency (at least min_requests)
     min_requests: int
     tolerance_pct: float
+    ramp_per_s: float  # users started per second (connections opened at that pace)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,11 @@ def _workload(concurrency: int, settings: Settings) -> dict[str, object]:
         "name": f"accuracy-c{concurrency}",
         "seed": 1,
         "model": MODEL,
-        "arrival": {"mode": "closed", "concurrency": concurrency},
+        "arrival": {
+            "mode": "closed",
+            "concurrency": concurrency,
+            "ramp_up_s": concurrency / settings.ramp_per_s,
+        },
         "limits": {"requests": requests},
         "request_timeout_s": 600,
         "mix": [
@@ -225,8 +230,9 @@ def format_table(levels: list[LevelResult], settings: Settings) -> str:
     lines = [
         f"configured: ITL {settings.itl_ms:g} ms (every gap), TTFT overhead "
         f"{settings.overhead_ms:g} ms + 0..2 engine steps, {settings.output_tokens} output "
-        f"tokens +-25%, tolerance {settings.tolerance_pct:g}%. Times in ms; loop lag = p99 lateness of the "
-        "generator's 10 ms timer; CPU in % of one core (2 cores: 200%), 'other' = rest of machine",
+        f"tokens +-25%, tolerance {settings.tolerance_pct:g}%.",
+        "Times in ms; loop lag = p99 lateness of the generator's 10 ms timer; CPU in % of one "
+        "core (2 cores: 200%), 'other' = the rest of the machine meanwhile.",
         head,
     ]
     for r in levels:
@@ -263,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3, help="requests per stream per level")
     parser.add_argument("--min-requests", type=int, default=10)
     parser.add_argument("--tolerance-pct", type=float, default=5.0)
+    parser.add_argument("--ramp-per-s", type=float, default=500.0, help="users started per s")
     parser.add_argument("--out", type=Path, default=Path("out/bench_accuracy"))
     return parser
 
@@ -285,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds=args.rounds,
         min_requests=args.min_requests,
         tolerance_pct=args.tolerance_pct,
+        ramp_per_s=args.ramp_per_s,
     )
     levels = [int(level) for level in args.levels.split(",")]
     results = run_fast(_run_levels(levels, settings))

@@ -1,7 +1,8 @@
 """``meridian bench``: load-generate against an OpenAI-compatible endpoint and report.
 
-    meridian bench --url http://127.0.0.1:8000 --workload loadtests/workloads/chat-shared-prefix.yaml \\
-        --out out/run1 --slo-ttft-ms 500 --slo-itl-p99-ms 60
+    meridian bench --url http://127.0.0.1:8000 \\
+        --workload loadtests/workloads/chat-shared-prefix.yaml --out out/run1 \\
+        --slo-ttft-ms 500 --slo-itl-p99-ms 60
     meridian bench compare out/run1/report.json out/run2/report.json
 
 Exit status: 0 when at least one request succeeded, 1 when none did, 2 for bad arguments or a
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=("open", "closed"), help="override the arrival mode")
     parser.add_argument("--rate", type=float, help="open loop: sessions per second")
     parser.add_argument("--concurrency", type=int, help="closed loop: sessions in flight")
+    parser.add_argument("--ramp-up", type=float, help="closed loop: seconds to start all users")
     parser.add_argument("--requests", type=int, help="stop after starting this many requests")
     parser.add_argument("--duration", type=float, help="stop starting requests after seconds")
     parser.add_argument("--seed", type=int, help="override the workload seed")
@@ -92,6 +94,7 @@ def main(argv: list[str]) -> int:
             mode=args.mode,
             rate=args.rate,
             concurrency=args.concurrency,
+            ramp_up_s=args.ramp_up,
             requests=args.requests,
             duration_s=args.duration,
             seed=args.seed,

@@ -1,4 +1,4 @@
-"""Writing a run down: the terminal table, ``report.json`` and ``requests.csv`` (a row a request)."""
+"""Writing a run down: the terminal table, ``report.json``, ``requests.csv`` (a row a request)."""
 
 from __future__ import annotations
 

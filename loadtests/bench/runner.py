@@ -125,17 +125,19 @@ class _Run:
             max_tokens=plan.turns[turn].max_tokens,
         )
 
-    async def closed_loop(self, concurrency: int) -> None:
+    async def closed_loop(self, concurrency: int, ramp_up_s: float) -> None:
         next_session = 0
 
-        async def user() -> None:
+        async def user(position: int) -> None:
             nonlocal next_session
+            if ramp_up_s > 0:
+                await asyncio.sleep(ramp_up_s * position / concurrency)
             while self.may_start():
                 plan = self.planner.session(next_session)
                 next_session += 1
                 await self.run_session(plan, time.perf_counter())
 
-        await asyncio.gather(*(user() for _ in range(concurrency)))
+        await asyncio.gather(*(user(position) for position in range(concurrency)))
 
     async def open_loop(self, rate: float) -> None:
         sessions: set[asyncio.Task[None]] = set()
@@ -220,7 +222,7 @@ async def run_bench(
         lag_probe = asyncio.create_task(_probe_loop_lag(run))
         try:
             if arrival.mode == "closed":
-                await run.closed_loop(arrival.concurrency or 1)
+                await run.closed_loop(arrival.concurrency or 1, arrival.ramp_up_s)
             else:
                 await run.open_loop(arrival.rate or 1.0)
         finally:

@@ -112,6 +112,9 @@ class Arrival(_Strict):
     mode: Literal["open", "closed"] = "closed"
     rate: float | None = Field(default=None, gt=0)  # sessions per second (open loop, Poisson)
     concurrency: int | None = Field(default=None, ge=1)  # sessions in flight (closed loop)
+    # Closed loop: users start evenly spread over this many seconds, so a thousand of them do
+    # not open a thousand connections in the same millisecond (a SYN storm, not a workload).
+    ramp_up_s: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
     def _has_parameter(self) -> Arrival:
@@ -119,6 +122,8 @@ class Arrival(_Strict):
             raise ValueError("open-loop arrival needs 'rate' (sessions per second)")
         if self.mode == "closed" and self.concurrency is None:
             raise ValueError("closed-loop arrival needs 'concurrency'")
+        if self.mode == "open" and self.ramp_up_s > 0:
+            raise ValueError("'ramp_up_s' applies to closed loop only (open loop has a rate)")
         return self
 
 
@@ -190,11 +195,11 @@ def load_workload(path: str | Path) -> Workload:
 def with_overrides(workload: Workload, **changes: Any) -> Workload:
     """A copy with command-line overrides applied (``None`` = keep), validated like the file.
 
-    Keys: ``mode``, ``rate``, ``concurrency`` (arrival), ``requests``, ``duration_s`` (limits),
-    ``seed``, ``model``, ``request_timeout_s``.
+    Keys: ``mode``, ``rate``, ``concurrency``, ``ramp_up_s`` (arrival), ``requests``,
+    ``duration_s`` (limits), ``seed``, ``model``, ``request_timeout_s``.
     """
     data = workload.model_dump()
-    sections = {"mode": "arrival", "rate": "arrival", "concurrency": "arrival"}
+    sections = dict.fromkeys(("mode", "rate", "concurrency", "ramp_up_s"), "arrival")
     sections |= {"requests": "limits", "duration_s": "limits"}
     for key, value in changes.items():
         if value is None:

@@ -194,3 +194,13 @@ async def test_timeout_and_refused_connection():
         )
     assert stalled.error is ErrorKind.TIMEOUT and stalled.token_times
     assert refused.error is ErrorKind.CONNECT and refused.status is None
+
+
+async def test_closed_loop_ramp_up_spreads_the_users_starts(server):
+    _, url = server
+    arrival = {"mode": "closed", "concurrency": 4, "ramp_up_s": 0.3}
+    workload = parse_workload({**WORKLOAD, "arrival": arrival})
+    result = await run_bench(url + "/happy", workload)
+    starts = sorted(r.sent_s for r in result.records)
+    # Users start at 0, 75, 150 and 225 ms; user 0's next request waits for its ~100 ms reply.
+    assert starts[1] - starts[0] >= 0.06

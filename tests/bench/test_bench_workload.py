@@ -50,6 +50,7 @@ def test_shipped_workloads_are_valid(path):
         (_with(mix=[{"kind": "chat", "wieght": 2}]), "mix.0.chat.wieght", "Extra inputs"),
         (_with(populations=[]), "populations", "at least one"),
         (_with(arrival={"mode": "open", "rate": -1}), "arrival.rate", "greater than 0"),
+        (_with(arrival={"mode": "open", "rate": 1, "ramp_up_s": 2}), "arrival", "closed loop only"),
     ],
 )
 def test_validation_errors_name_the_key_and_the_expectation(data, where, what):
