@@ -107,9 +107,9 @@ def _cold(
         return zero, zero
     last = np.fmax(view.last_traffic_at[rows], load.last_reserved_at[rows])
     idle = np.where(np.isnan(last), np.inf, now - last)
-    with np.errstate(invalid="ignore"):
-        ramp = np.clip((idle - (1.0 - p.cold_ramp) * timeout) / (2.0 * p.cold_ramp * timeout), 0, 1)
-    prob = np.where(scales & ~np.isnan(ramp), ramp, np.where(scales, 1.0, 0.0))
+    timeout = np.where(scales, timeout, 1.0)  # keeps inf - inf (a NaN) out of the ramp
+    ramp = np.clip((idle - (1.0 - p.cold_ramp) * timeout) / (2.0 * p.cold_ramp * timeout), 0, 1)
+    prob = np.where(scales, ramp, 0.0)
     cold = prob * cold_ms
     warming = load.warming_ms(view, now)
     if warming is not None:

@@ -226,3 +226,12 @@ def test_registry_validates_names_and_params() -> None:
     with pytest.raises(RoutingError, match="known params"):
         build_router("round_robin", {"typo": 1}, 0)
     assert build_router("predicted_ttft").name == "predicted_ttft"
+
+
+def test_llm_d_remembers_where_it_sent_a_prefix() -> None:
+    router = build_router("llm_d", {}, 0)
+    snapshot = fleet(state("a"), state("b"), state("c"))
+    prof = profile(prompt_tokens=64, prefix_hashes=(1, 2, 3, 4))
+    first = router.decide(prof, snapshot, 0.0).ranked[0].backend
+    router.observe(Observation(first, 1.0, ok=True))
+    assert router.decide(prof, snapshot, 1.0).ranked[0].backend == first
