@@ -1,0 +1,133 @@
+"""The ``state:`` section of the gateway config: where shared state lives and how hard to try.
+
+Passwords are never inline: name an environment variable or a file. Defaults are tuned for one
+region with a handful of replicas; every bound is documented in gateway/state/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal, Self
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_URL_SCHEMES = {"redis", "rediss", "unix"}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TlsConfig(_Section):
+    enabled: bool = False
+    ca_file: Path | None = None
+    cert_file: Path | None = None  # client certificate, for mutual TLS
+    key_file: Path | None = None
+    check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self) -> Self:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("state.tls: cert_file and key_file must be given together")
+        return self
+
+
+class StateTimeouts(_Section):
+    op_s: float = Field(default=0.25, gt=0, le=10)  # one store call, including its pipeline
+    connect_s: float = Field(default=0.5, gt=0, le=30)
+    breaker_failures: int = Field(default=3, ge=1)  # consecutive failures that open the breaker
+    breaker_reset_s: float = Field(default=1.0, gt=0)  # open -> half-open after this long
+
+
+class StateIntervals(_Section):
+    flush_s: float = Field(default=0.05, gt=0, le=5)  # batched writes are pipelined this often
+    refresh_s: float = Field(default=1.0, gt=0, le=60)  # periodic pull (safety net behind pub/sub)
+    lease_period_s: float = Field(default=6.0, gt=0.1, le=600)  # bound on probe-leader takeover
+    in_flight_ttl_s: float = Field(
+        default=10.0, gt=0.1, le=600
+    )  # a dead replica's counts vanish after
+
+
+class StateBounds(_Section):
+    prefix_ttl_s: float = Field(default=600.0, gt=0)  # a block not seen for this long is forgotten
+    prefix_blocks_per_backend: int = Field(default=50_000, ge=16)
+    signal_ttl_s: float = Field(
+        default=60.0, gt=0
+    )  # probe/scrape results older than this are ignored
+    ejection_ttl_s: float = Field(
+        default=3600.0, gt=0
+    )  # ejection records are kept this long at most
+    pending_blocks_per_backend: int = Field(
+        default=20_000, ge=16
+    )  # unsent writes kept while degraded
+
+
+class StateConfig(_Section):
+    backend: Literal["memory", "redis", "redis-cluster"] = "memory"
+    url: str | None = None  # redis://host:port/0, rediss://..., unix:///path/redis.sock
+    urls: tuple[str, ...] = ()  # cluster seed nodes, redis://host:port or rediss://host:port
+    username: str | None = None
+    password_env: str | None = None
+    password_file: Path | None = None
+    tls: TlsConfig = TlsConfig()
+    key_prefix: str = "meridian"  # one per deployment sharing a Redis
+    replica_id: str | None = None  # default: hostname-pid
+    leader_when_degraded: bool = True  # duplicate probes beat missing probes
+    timeouts: StateTimeouts = StateTimeouts()
+    intervals: StateIntervals = StateIntervals()
+    bounds: StateBounds = StateBounds()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if not _PREFIX_RE.match(self.key_prefix):
+            raise ValueError(
+                "state.key_prefix: expected 1-64 characters of letters, digits and _.:- "
+                f"(no braces: they are Redis Cluster hash tags), got {self.key_prefix!r}"
+            )
+        if self.backend == "redis" and not self.url:
+            raise ValueError("state.url: required when state.backend is 'redis'")
+        if self.backend == "redis-cluster" and not self.urls:
+            raise ValueError("state.urls: list at least one seed node for 'redis-cluster'")
+        for key, url in [("url", self.url), *(("urls", u) for u in self.urls)]:
+            if url is not None:
+                _check_url(key, url)
+        if self.password_env and self.password_file:
+            raise ValueError("state: give password_env or password_file, not both")
+        return self
+
+    def resolve_password(self) -> str | None:
+        """Read the password from its environment variable or file, at connect time."""
+        if self.password_env:
+            value = os.environ.get(self.password_env)
+            if value is None:
+                raise _config_error(f"state.password_env: variable {self.password_env} is unset")
+            return value
+        if self.password_file:
+            try:
+                return self.password_file.read_text(encoding="utf-8").rstrip("\r\n")
+            except OSError as exc:
+                raise _config_error(
+                    f"state.password_file: cannot read {self.password_file}: {exc.strerror}"
+                ) from exc
+        return None
+
+
+def _check_url(key: str, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in _URL_SCHEMES:
+        raise ValueError(f"state.{key}: expected redis://, rediss:// or unix://, got {url!r}")
+    if parts.password:
+        raise ValueError(
+            f"state.{key}: the URL carries a password; move it to state.password_env "
+            "or state.password_file"
+        )
+
+
+def _config_error(message: str) -> StateUnavailable:
+    return StateUnavailable(StateError(StateErrorKind.CONFIG, message))

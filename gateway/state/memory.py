@@ -1,0 +1,149 @@
+"""The in-memory state store: the zero-setup default.
+
+It keeps the same semantics as the Redis store (TTLs, bounds, leases, token buckets, events),
+so one process can run several ``SharedStateSync`` replicas against it, and so the store tests
+run unchanged against both implementations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from gateway.state.prefix_bounds import merge_newer, trim
+from gateway.state.records import Ejection, SharedPull, SignalRecord, TokenResult, WriteBatch
+from gateway.state.store import Retention, StoreSummary
+
+_EVENT_QUEUE = 1024  # a slow subscriber loses events, then catches up on the next refresh
+
+
+@dataclass(slots=True)
+class _Lease:
+    holder: str
+    expires_at: float
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class MemoryStore:
+    def __init__(
+        self, retention: Retention | None = None, wall: Callable[[], float] = time.time
+    ) -> None:
+        self._retention = retention or Retention()
+        self._wall = wall
+        self._in_flight: dict[str, tuple[dict[str, int], float]] = {}  # replica -> (counts, exp)
+        self._prefix: dict[str, dict[int, float]] = {}
+        self._signals: dict[str, SignalRecord] = {}
+        self._ejections: dict[str, Ejection] = {}
+        self._leases: dict[str, _Lease] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._subscribers: set[asyncio.Queue[WriteBatch]] = set()
+
+    @property
+    def kind(self) -> str:
+        return "memory"
+
+    async def ping(self) -> None:
+        return None
+
+    async def push(self, batch: WriteBatch) -> None:
+        now = self._wall()
+        keep = self._retention
+        if batch.in_flight is not None:
+            self._in_flight[batch.replica] = (dict(batch.in_flight), now + keep.in_flight_ttl_s)
+        for backend, blocks in batch.prefix.items():
+            index = self._prefix.setdefault(backend, {})
+            merge_newer(index, blocks)
+            trim(index, now - keep.prefix_ttl_s, keep.prefix_blocks_per_backend)
+        self._signals.update(batch.signals)
+        self._ejections.update(batch.ejections)
+        for queue in self._subscribers:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(batch)
+
+    async def pull(self, since: float, now: float) -> SharedPull:
+        keep = self._retention
+        self._in_flight = {r: v for r, v in self._in_flight.items() if v[1] > now}
+        oldest = max(since, now - keep.prefix_ttl_s)
+        return SharedPull(
+            in_flight={r: dict(counts) for r, (counts, _) in self._in_flight.items()},
+            prefix={
+                backend: {h: t for h, t in blocks.items() if t >= oldest}
+                for backend, blocks in self._prefix.items()
+            },
+            signals={b: s for b, s in self._signals.items() if now - s.at <= keep.signal_ttl_s},
+            ejections={
+                b: e for b, e in self._ejections.items() if now - e.at <= keep.ejection_ttl_s
+            },
+        )
+
+    async def events(self) -> AsyncIterator[WriteBatch | None]:
+        queue: asyncio.Queue[WriteBatch] = asyncio.Queue(_EVENT_QUEUE)
+        self._subscribers.add(queue)
+        try:
+            yield None  # subscribed
+            while True:
+                yield await queue.get()
+        finally:
+            self._subscribers.discard(queue)
+
+    async def forget_replica(self, replica: str) -> None:
+        self._in_flight.pop(replica, None)
+
+    async def try_lease(self, name: str, holder: str, ttl_s: float) -> bool:
+        now = self._wall()
+        lease = self._leases.get(name)
+        if lease is None or lease.expires_at <= now or lease.holder == holder:
+            self._leases[name] = _Lease(holder, now + ttl_s)
+            return True
+        return False
+
+    async def release_lease(self, name: str, holder: str) -> bool:
+        lease = self._leases.get(name)
+        if lease is not None and lease.holder == holder:
+            del self._leases[name]
+            return True
+        return False
+
+    async def take_tokens(
+        self, bucket: str, rate_per_s: float, burst: float, cost: float = 1.0
+    ) -> TokenResult:
+        now = self._wall()
+        state = self._buckets.setdefault(bucket, _Bucket(burst, now))
+        state.tokens = min(burst, state.tokens + max(0.0, now - state.at) * rate_per_s)
+        state.at = now
+        if state.tokens >= cost:
+            state.tokens -= cost
+            return TokenResult(True, state.tokens, 0.0)
+        return TokenResult(False, state.tokens, (cost - state.tokens) / rate_per_s)
+
+    async def summary(self) -> StoreSummary:
+        now = self._wall()
+        live = await self.pull(0.0, now)
+        totals: dict[str, int] = {}
+        for counts in live.in_flight.values():
+            for backend, count in counts.items():
+                totals[backend] = totals.get(backend, 0) + count
+        return StoreSummary(
+            backend=self.kind,
+            key_counts={
+                "in_flight": len(live.in_flight),
+                "prefix": len(live.prefix),
+                "lease": sum(1 for lease in self._leases.values() if lease.expires_at > now),
+                "token_bucket": len(self._buckets),
+            },
+            leases={n: lease.holder for n, lease in self._leases.items() if lease.expires_at > now},
+            in_flight=totals,
+            replicas=tuple(sorted(live.in_flight)),
+            prefix_blocks={b: len(blocks) for b, blocks in live.prefix.items()},
+        )
+
+    async def close(self) -> None:
+        self._subscribers.clear()

@@ -1,0 +1,245 @@
+"""The Redis state store (standalone or Redis Cluster): bounded, expiring, pipelined.
+
+Every call runs under a short timeout and maps every failure to ``StateUnavailable``; the
+circuit breaker around these calls lives in ``SharedStateSync``. Layout: see ``keys.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import RedisError
+
+from gateway.state.errors import StateUnavailable, unavailable
+from gateway.state.keys import KeyLayout, decode_block, encode_block, to_ms
+from gateway.state.lua import LEASE_EXTEND, LEASE_RELEASE, TOKEN_BUCKET
+from gateway.state.records import (
+    SharedPull,
+    TimedT,
+    TokenResult,
+    WriteBatch,
+    decode_batch,
+    decode_ejection,
+    decode_signal,
+    encode_batch,
+    encode_ejection,
+    encode_signal,
+)
+from gateway.state.redis_summary import summarise
+from gateway.state.store import Retention, StoreSummary
+
+T = TypeVar("T")
+_ZADD_CHUNK = 2000
+# _CLIENT_FAILURES: every failure of a store call becomes StateUnavailable, not only RedisError/OSError: the
+# client library has raised AttributeError and KeyError from connections torn down by a
+# concurrent timeout and from an unfilled cluster slot cache. A replica must degrade on those,
+# never lose a background task to them.  # members per ZADD, so one command never carries a huge payload
+
+
+class RedisStore:
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        layout: KeyLayout,
+        retention: Retention,
+        op_timeout_s: float,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._keys = layout
+        self._keep = retention
+        self._timeout_s = op_timeout_s
+        self._wall = wall
+
+    @property
+    def kind(self) -> str:
+        return "redis-cluster" if isinstance(self._client, RedisCluster) else "redis"
+
+    async def _op(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await call()
+        except TimeoutError as exc:
+            raise unavailable(f"{what}: no answer within {self._timeout_s:.3g}s") from exc
+        except Exception as exc:  # see _CLIENT_FAILURES
+            raise unavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    async def ping(self) -> None:
+        await self._op("ping", self._client.ping)
+
+    async def push(self, batch: WriteBatch) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        self._queue_in_flight(pipe, batch)
+        self._queue_prefix(pipe, batch)
+        self._queue_records(pipe, batch)
+        payload = encode_batch(batch)
+        await self._op("push", pipe.execute)
+        await self._op("publish", lambda: self._client.publish(self._keys.channel(), payload))
+
+    def _queue_in_flight(self, pipe: Any, batch: WriteBatch) -> None:
+        if batch.in_flight is None:
+            return
+        key, ttl_ms, now_ms = self._keys.in_flight(batch.replica), self._ttl_ms(), to_ms(batch.at)
+        # Absolute counts, zeros included, written by their one owner: no read-modify-write.
+        if batch.in_flight:
+            pipe.hset(key, mapping=dict(batch.in_flight))
+            pipe.pexpire(key, ttl_ms)
+        pipe.zadd(self._keys.replicas(), {batch.replica: now_ms})
+        pipe.zremrangebyscore(self._keys.replicas(), "-inf", now_ms - ttl_ms)
+
+    def _queue_prefix(self, pipe: Any, batch: WriteBatch) -> None:
+        ttl_ms = to_ms(self._keep.prefix_ttl_s)
+        cutoff = to_ms(batch.at) - ttl_ms
+        for backend, blocks in batch.prefix.items():
+            key = self._keys.prefix_index(backend)
+            items = [(encode_block(h), to_ms(t)) for h, t in blocks.items() if to_ms(t) > cutoff]
+            for start in range(0, len(items), _ZADD_CHUNK):
+                pipe.zadd(key, dict(items[start : start + _ZADD_CHUNK]), gt=True)
+            pipe.zremrangebyscore(key, "-inf", cutoff)
+            pipe.zremrangebyrank(key, 0, -(self._keep.prefix_blocks_per_backend + 1))
+            pipe.pexpire(key, ttl_ms)
+            pipe.zadd(self._keys.backends(), {backend: to_ms(batch.at)}, gt=True)
+        if batch.prefix:
+            pipe.zremrangebyscore(self._keys.backends(), "-inf", cutoff)
+
+    def _queue_records(self, pipe: Any, batch: WriteBatch) -> None:
+        if batch.signals:
+            mapping = {b: encode_signal(s) for b, s in batch.signals.items()}
+            pipe.hset(self._keys.signals(), mapping=mapping)
+            pipe.pexpire(self._keys.signals(), to_ms(self._keep.signal_ttl_s))
+        if batch.ejections:
+            mapping = {b: encode_ejection(e) for b, e in batch.ejections.items()}
+            pipe.hset(self._keys.ejections(), mapping=mapping)
+            pipe.pexpire(self._keys.ejections(), to_ms(self._keep.ejection_ttl_s))
+
+    def _ttl_ms(self) -> int:
+        return to_ms(self._keep.in_flight_ttl_s)
+
+    async def pull(self, since: float, now: float) -> SharedPull:
+        return await self._op("pull", lambda: self._pull(since, now))
+
+    async def _pull(self, since: float, now: float) -> SharedPull:
+        keys, keep = self._keys, self._keep
+        head = self._client.pipeline(transaction=False)
+        head.zrangebyscore(keys.replicas(), to_ms(now - keep.in_flight_ttl_s), "+inf")
+        head.zrangebyscore(keys.backends(), to_ms(now - keep.prefix_ttl_s), "+inf")
+        head.hgetall(keys.signals())
+        head.hgetall(keys.ejections())
+        replicas_raw, backends_raw, signals_raw, ejections_raw = await head.execute()
+        replicas = [r.decode() for r in replicas_raw]
+        backends = [b.decode() for b in backends_raw]
+        body = self._client.pipeline(transaction=False)
+        for replica in replicas:
+            body.hgetall(keys.in_flight(replica))
+        oldest = to_ms(max(since, now - keep.prefix_ttl_s))
+        for backend in backends:
+            body.zrangebyscore(keys.prefix_index(backend), oldest, "+inf", withscores=True)
+        results = await body.execute() if replicas or backends else []
+        in_flight = {
+            replica: {b.decode(): int(n) for b, n in counts.items()}
+            for replica, counts in zip(replicas, results[: len(replicas)], strict=True)
+            if counts
+        }
+        prefix = {
+            backend: {decode_block(raw): score / 1000 for raw, score in members}
+            for backend, members in zip(backends, results[len(replicas) :], strict=True)
+        }
+        return SharedPull(
+            in_flight=in_flight,
+            prefix=prefix,
+            signals=_live(signals_raw, decode_signal, now, keep.signal_ttl_s),
+            ejections=_live(ejections_raw, decode_ejection, now, keep.ejection_ttl_s),
+        )
+
+    async def events(self) -> AsyncIterator[WriteBatch | None]:
+        if isinstance(self._client, RedisCluster):
+            # ClusterPubSub picks its node from the slot cache, which must be loaded first.
+            await self._op("initialize", self._client.initialize)
+        pubsub = self._client.pubsub()
+        try:
+            await self._op("subscribe", lambda: pubsub.subscribe(self._keys.channel()))
+            yield None
+            while True:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is None:
+                    yield None
+                elif message.get("type") == "message":
+                    yield decode_batch(message["data"])
+        except StateUnavailable:
+            raise
+        except Exception as exc:  # see _CLIENT_FAILURES
+            raise unavailable(f"events: {type(exc).__name__}: {exc}") from exc
+        finally:
+            await _close_quietly(pubsub)
+
+    async def forget_replica(self, replica: str) -> None:
+        async def forget() -> None:
+            await self._client.delete(self._keys.in_flight(replica))
+            await self._client.zrem(self._keys.replicas(), replica)
+
+        await self._op("forget_replica", forget)
+
+    async def try_lease(self, name: str, holder: str, ttl_s: float) -> bool:
+        key, ttl_ms = self._keys.lease(name), to_ms(ttl_s)
+
+        async def acquire_or_extend() -> bool:
+            if await LEASE_EXTEND.run(self._client, [key], [holder, ttl_ms]):
+                return True
+            return bool(await self._client.set(key, holder, nx=True, px=ttl_ms))
+
+        return await self._op("try_lease", acquire_or_extend)
+
+    async def release_lease(self, name: str, holder: str) -> bool:
+        key = self._keys.lease(name)
+        released = await self._op(
+            "release_lease", lambda: LEASE_RELEASE.run(self._client, [key], [holder])
+        )
+        return bool(released)
+
+    async def take_tokens(
+        self, bucket: str, rate_per_s: float, burst: float, cost: float = 1.0
+    ) -> TokenResult:
+        if rate_per_s <= 0 or burst <= 0:
+            raise ValueError("take_tokens: rate_per_s and burst must be > 0")
+        key = self._keys.bucket(bucket)
+        allowed, left_raw = await self._op(
+            "take_tokens", lambda: TOKEN_BUCKET.run(self._client, [key], [rate_per_s, burst, cost])
+        )
+        left = float(left_raw)
+        retry = 0.0 if allowed else max(0.0, (cost - left) / rate_per_s)
+        return TokenResult(bool(allowed), left, retry)
+
+    async def summary(self) -> StoreSummary:
+        now = self._wall()
+        live = await self.pull(0.0, now)
+        return await self._op(
+            "summary", lambda: summarise(self._client, self._keys, self.kind, live)
+        )
+
+    async def close(self) -> None:
+        await _close_quietly(self._client)
+
+
+def _live(
+    raw: Mapping[bytes, bytes], decode: Callable[[bytes], TimedT], now: float, ttl_s: float
+) -> dict[str, TimedT]:
+    out: dict[str, TimedT] = {}
+    for backend, value in raw.items():
+        try:
+            record = decode(value)
+        except StateUnavailable:
+            continue  # one unreadable record must not hide the others
+        if now - record.at <= ttl_s:
+            out[backend.decode()] = record
+    return out
+
+
+async def _close_quietly(closable: Any) -> None:
+    # Closing a connection to a dead server has nothing left to tell us.
+    with contextlib.suppress(RedisError, OSError, RuntimeError):
+        await closable.aclose()

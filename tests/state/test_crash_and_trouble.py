@@ -1,0 +1,166 @@
+"""Replicas and Redis misbehaving: a replica killed with SIGKILL, Redis killed, Redis paused
+(SIGSTOP), Redis absent at start-up. Nothing raises to the request path, health says
+degraded, and state reconciles when Redis is back."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from gateway.state.breaker import BreakerState
+from gateway.state.config import StateConfig
+from gateway.state.connect import open_store
+from gateway.state.sync import SharedStateSync
+from tests.redis_server import RedisServer
+from tests.state.conftest import eventually, fast_config
+from tests.state.replica_proc import LEASE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def started(config: StateConfig, replica_id: str) -> SharedStateSync:
+    sync = SharedStateSync.from_config(config, replica_id=replica_id)
+    await sync.start()
+    return sync
+
+
+async def read_status(proc: asyncio.subprocess.Process) -> dict[str, object]:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 10.0)
+    assert line, "replica process ended"
+    status: dict[str, object] = orjson.loads(line)
+    return status
+
+
+async def test_killed_leader_is_replaced_within_the_lease_period(
+    redis_server: RedisServer,
+) -> None:
+    config = fast_config("redis", redis_server)
+    child = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "tests.state.replica_proc", config.model_dump_json(), "child"],
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    local = None
+    try:
+        # Leader by lease, not by the degraded fallback of a replica still connecting.
+        while (await read_status(child)) != {"leader": True, "status": "ok"}:
+            pass
+        local = await started(config, "local")
+        local.contend([LEASE])
+        await eventually(lambda: local.snapshot().in_flight("a1") == 4, 3.0)
+        await eventually(lambda: local.snapshot().cached_blocks("a1", [7001, 7002, 7003]) == 3, 3)
+        await asyncio.sleep(0.6)  # several renewal rounds
+        assert not local.is_leader(LEASE), "two leaders while the child holds the lease"
+        child.kill()
+        await child.wait()
+        took = await eventually(lambda: local.is_leader(LEASE), 3.0)
+        # fast_config's lease period is 1.2 s; allow a scheduling hiccup on a busy machine.
+        assert took <= 1.2 + 0.2, f"takeover took {took:.2f}s"
+        # The dead child's in-flight counts lapse with their TTL (1 s), never stay inflated.
+        await eventually(lambda: local.snapshot().in_flight("a1") == 0, 2.5)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+        if local is not None:
+            await local.stop()
+
+
+async def test_redis_killed_then_restarted(redis_server: RedisServer) -> None:
+    config = fast_config("redis", redis_server)
+    one, two = await started(config, "r1"), await started(config, "r2")
+    try:
+        await eventually(lambda: not one.health().degraded and two.health().events_live, 3.0)
+        one.note_in_flight("a1", +2)
+        await eventually(lambda: two.snapshot().in_flight("a1") == 2, 2.0)
+
+        redis_server.kill()
+        one.note_prefix("a1", [1, 2, 3])  # written while Redis is gone: kept locally
+        one.note_in_flight("a1", +1)
+        await eventually(lambda: one.health().degraded and two.health().degraded, 3.0)
+        assert one.snapshot().cached_blocks("a1", [1, 2, 3]) == 3  # still served locally
+        assert one.health().pending_blocks >= 3
+
+        redis_server.start()  # same port, empty: no persistence
+        await eventually(lambda: not one.health().degraded and not two.health().degraded, 5.0)
+        await eventually(lambda: two.snapshot().cached_blocks("a1", [1, 2, 3]) == 3, 3.0)
+        await eventually(lambda: two.snapshot().in_flight("a1") == 3, 3.0)
+        store = open_store(config)
+        try:
+            pulled = await store.pull(0.0, time.time())
+        finally:
+            await store.close()
+        assert pulled.in_flight["r1"] == {"a1": 3}
+        assert set(pulled.prefix["a1"]) >= {1, 2, 3}
+    finally:
+        await one.stop()
+        await two.stop()
+
+
+async def test_request_path_stays_fast_while_redis_is_paused(redis_server: RedisServer) -> None:
+    config = fast_config("redis", redis_server)
+    sync = await started(config, "r1")
+    try:
+        await eventually(lambda: not sync.health().degraded, 3.0)
+        redis_server.pause()
+        worst_call, worst_gap = 0.0, 0.0
+        hashes = list(range(64))
+        paused_at = time.perf_counter()
+        last_tick = paused_at
+        while time.perf_counter() - paused_at < 2.0:
+            started_call = time.perf_counter()
+            sync.note_in_flight("a1", +1)
+            sync.note_prefix("a1", hashes)
+            sync.snapshot().cached_blocks("a1", hashes)
+            sync.snapshot().in_flight_totals()
+            sync.is_leader(LEASE)
+            sync.note_in_flight("a1", -1)
+            done = time.perf_counter()
+            worst_call = max(worst_call, done - started_call)
+            worst_gap = max(worst_gap, started_call - last_tick)
+            last_tick = done
+            await asyncio.sleep(0.001)
+        health = sync.health()
+        redis_server.resume()
+        # Synchronous calls never wait on Redis; the op timeout is 0.2 s.
+        assert worst_call < 0.005, f"slowest request-path call {worst_call * 1000:.2f} ms"
+        # Nor do the background tasks block the event loop while Redis hangs.
+        assert worst_gap < 0.1, f"event loop stalled {worst_gap * 1000:.1f} ms"
+        assert health.degraded and health.breaker is not BreakerState.CLOSED
+        await eventually(lambda: not sync.health().degraded, 3.0)
+    finally:
+        redis_server.resume()
+        await sync.stop()
+
+
+async def test_starts_and_serves_with_redis_absent(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "late")  # address chosen, not started yet
+    config = fast_config("redis", server)
+    began = time.perf_counter()
+    sync = await started(config, "r1")
+    try:
+        assert time.perf_counter() - began < 0.05  # start() never waits on Redis
+        sync.note_prefix("a1", [5, 6])
+        sync.note_in_flight("a1", +1)
+        await asyncio.sleep(0.3)
+        assert sync.health().degraded
+        assert sync.is_leader(LEASE)  # degraded: every replica probes rather than none
+        assert sync.snapshot().cached_blocks("a1", [5, 6]) == 2
+        server.start()
+        await eventually(lambda: not sync.health().degraded, 5.0)
+        store = open_store(config)
+        try:
+            await eventually(lambda: sync.health().pending_blocks == 0, 2.0)
+            pulled = await store.pull(0.0, time.time())
+        finally:
+            await store.close()
+        assert set(pulled.prefix["a1"]) == {5, 6}
+        assert pulled.in_flight["r1"] == {"a1": 1}
+    finally:
+        await sync.stop()
+        server.kill()
