@@ -105,14 +105,15 @@ class Engine:
     # -- commands -------------------------------------------------------------------------------
 
     def submit(self, request: SequenceRequest, now: float) -> None:
-        self._run_until(now)
+        self._run_until(now, start_due_steps=False)
         seq_id = request.seq_id
         if seq_id in self._pending or seq_id in self._waiting or seq_id in self._running:
             raise ValueError(f"sequence {request.seq_id} already submitted")
         if self.is_cold(now):
             self._warm_at = now + self.params.cold_start_ms / 1000.0
         overhead = self.params.first_token_overhead_ms / 1000.0
-        eligible = max(now + overhead + request.stall_s, self._warm_at)
+        # A cold start comes before everything else the request pays for.
+        eligible = max(now, self._warm_at) + overhead + request.stall_s
         seq = _Sequence(request, eligible_at=eligible, not_before=eligible)
         self._pending[request.seq_id] = seq
         self._order += 1
@@ -120,7 +121,7 @@ class Engine:
 
     def cancel(self, seq_id: int, now: float) -> bool:
         """Drop a sequence wherever it is; its batch slot is free for the next step."""
-        self._run_until(now)
+        self._run_until(now, start_due_steps=False)
         for place in (self._pending, self._waiting, self._running):
             if place.pop(seq_id, None) is not None:
                 return True
@@ -170,13 +171,16 @@ class Engine:
     def _has_work(self) -> bool:
         return bool(self._pending or self._waiting or self._running)
 
-    def _run_until(self, now: float) -> None:
+    def _run_until(self, now: float, start_due_steps: bool = True) -> None:
+        """Finish steps ending by ``now``; begin those starting before it. A step due exactly at
+        ``now`` begins only from :meth:`advance`, so everything submitted at one instant shares
+        the step."""
         if now < self._now:
             raise ValueError(f"time went backwards: {now} < {self._now}")
         while True:
             if self._step is None:
                 start = self._next_step_start()
-                if start is None or start > now:
+                if start is None or start > now or (start == now and not start_due_steps):
                     break
                 self._begin_step(start)
             elif self._step.end <= now:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 
 import orjson
@@ -31,9 +34,28 @@ async def wait_until(predicate: Callable[[], bool], within: float = 1.0) -> floa
     while not predicate():
         if loop.time() - start > within:
             raise AssertionError(f"condition not met within {within} s")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.001)
     return loop.time() - start
 
 
 def chat(prompt: str = "hello", **extra: object) -> dict[str, object]:
     return {"model": "m", "messages": [{"role": "user", "content": prompt}], **extra}
+
+
+def spawn_emulate(*args: str) -> subprocess.Popen[str]:
+    """`meridian emulate ARGS` as a child process (the module form of the console script)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "emulate", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def read_announcements(process: subprocess.Popen[str]) -> list[dict[str, object]]:
+    """The JSON lines printed before `{"ready": true}`."""
+    assert process.stdout is not None
+    lines: list[dict[str, object]] = []
+    while True:
+        line = json.loads(process.stdout.readline())
+        if line == {"ready": True}:
+            return lines
+        lines.append(line)

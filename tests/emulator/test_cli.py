@@ -4,32 +4,15 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import urllib.request
 
-
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "emulate", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-
-
-def _announcements(process: subprocess.Popen[str]) -> list[dict[str, object]]:
-    assert process.stdout is not None
-    lines: list[dict[str, object]] = []
-    while True:
-        line = json.loads(process.stdout.readline())
-        if line == {"ready": True}:
-            return lines
-        lines.append(line)
+from tests.emulator.helpers import read_announcements, spawn_emulate
 
 
 def test_single_backend_process() -> None:
-    process = _spawn("--backend", "solo", "--model", "m", "--engine", "decode_base_ms=5")
+    process = spawn_emulate("--backend", "solo", "--model", "m", "--engine", "decode_base_ms=5")
     try:
-        (line,) = _announcements(process)
+        (line,) = read_announcements(process)
         assert line["name"] == "solo" and line["models"] == ["m"]
         body = json.dumps({"model": "m", "prompt": "hi", "max_tokens": 2}).encode()
         request = urllib.request.Request(
@@ -43,6 +26,6 @@ def test_single_backend_process() -> None:
 
 
 def test_bad_arguments_exit_2() -> None:
-    process = _spawn("--backend", "x", "--engine", "max_num_seqs=-1")
+    process = spawn_emulate("--backend", "x", "--engine", "max_num_seqs=-1")
     assert process.wait(timeout=10) == 2
     assert process.stderr is not None and "max_num_seqs" in process.stderr.read()
