@@ -13,8 +13,10 @@ from its ``/metrics``). Measured minus reference is what the client side (genera
 and the emulator's own write lag when it runs out of CPU) adds; both processes' CPU use is shown
 so the saturating side can be told. The machine has 2 cores for both.
 
-A level is accurate when ITL p50 and p99 and the TTFT mean are within ``--tolerance-pct`` of
-the reference; the report names the highest level reached before the first inaccurate one.
+Two verdicts per level, both against ``--tolerance-pct``: *typical* (no failed request, TTFT
+mean and ITL p50 within tolerance) and *tail* (ITL p99 within tolerance; a 40 ms gap allows 2 ms
+of jitter, which a busy shared machine exceeds even at one stream). For each, the report names
+the highest level reached before the first level that misses it.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ class LevelResult:
     bench_cpu_pct: float
     emulator_cpu_pct: float
     other_cpu_pct: float  # everything else on the machine meanwhile (other work competes)
-    accurate: bool
+    typical_ok: bool  # no errors; TTFT mean and ITL p50 within tolerance
+    tail_ok: bool  # ITL p99 within tolerance
 
 
 def _err_pct(measured: float | None, reference: float | None) -> float | None:
@@ -188,9 +191,11 @@ async def measure_level(concurrency: int, settings: Settings) -> LevelResult:
     ttft_err = _err_pct(report.ttft_ms.mean, server_ttft)
     p50_err = _err_pct(report.itl_ms.p50, settings.itl_ms)
     p99_err = _err_pct(report.itl_ms.p99, settings.itl_ms)
-    errors = [e for e in (ttft_err, p50_err, p99_err) if e is not None]
-    accurate = report.ok == report.requests and len(errors) == 3
-    accurate = accurate and all(abs(e) <= settings.tolerance_pct for e in errors)
+    tolerance = settings.tolerance_pct
+    typical = [ttft_err, p50_err]
+    typical_ok = report.ok == report.requests and all(
+        e is not None and abs(e) <= tolerance for e in typical
+    )
     return LevelResult(
         concurrency=concurrency,
         requests=report.requests,
@@ -211,7 +216,8 @@ async def measure_level(concurrency: int, settings: Settings) -> LevelResult:
         bench_cpu_pct=bench_cpu / wall * 100.0,
         emulator_cpu_pct=emu_cpu / wall * 100.0,
         other_cpu_pct=max(0.0, busy - bench_cpu - emu_cpu) / wall * 100.0,
-        accurate=accurate,
+        typical_ok=typical_ok,
+        tail_ok=p99_err is not None and abs(p99_err) <= tolerance,
     )
 
 
@@ -219,6 +225,10 @@ def _cell(value: float | None, width: int, digits: int = 1, sign: bool = False) 
     if value is None:
         return f"{'-':>{width}}"
     return f"{value:>+{width}.{digits}f}" if sign else f"{value:>{width}.{digits}f}"
+
+
+def _verdict(ok: bool) -> str:
+    return "yes" if ok else "NO"
 
 
 def format_table(levels: list[LevelResult], settings: Settings) -> str:
@@ -243,16 +253,17 @@ def format_table(levels: list[LevelResult], settings: Settings) -> str:
             f"{_cell(r.itl_p99_ms, 8, 2)}{_cell(r.itl_p50_err_pct, 8, sign=True)}"
             f"{_cell(r.itl_p99_err_pct, 8, sign=True)}{_cell(r.server_itl_mean_ms, 9, 2)} |"
             f"{_cell(r.loop_lag_p99_ms, 9)}{r.bench_cpu_pct:>10.0f}{r.emulator_cpu_pct:>5.0f}"
-            f"{r.other_cpu_pct:>6.0f}  {'yes' if r.accurate else 'NO'}"
+            f"{r.other_cpu_pct:>6.0f}{_verdict(r.typical_ok):>8}{_verdict(r.tail_ok):>5}"
         )
     return "\n".join(lines)
 
 
-def accurate_limit(levels: list[LevelResult]) -> int | None:
-    """The highest level reached before the first inaccurate one (None: not even the first)."""
+def accurate_limit(levels: list[LevelResult], verdict: str) -> int | None:
+    """The highest level reached before the first that misses ``verdict`` ("typical_ok" or
+    "tail_ok"); None when even the first level misses it."""
     limit = None
     for level in levels:
-        if not level.accurate:
+        if not getattr(level, verdict):
             break
         limit = level.concurrency
     return limit
@@ -297,13 +308,17 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(level) for level in args.levels.split(",")]
     results = run_fast(_run_levels(levels, settings))
     print(format_table(results, settings))
-    limit = accurate_limit(results)
-    print(f"accurate within {settings.tolerance_pct:g}% up to concurrency: {limit}")
+    typical, tail = accurate_limit(results, "typical_ok"), accurate_limit(results, "tail_ok")
+    print(
+        f"within {settings.tolerance_pct:g}% up to concurrency: typical (TTFT mean, ITL p50) "
+        f"{typical}; tail (ITL p99) {tail}"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     document = {
         "settings": asdict(settings),
         "levels": [asdict(r) for r in results],
-        "accurate_up_to": limit,
+        "typical_accurate_up_to": typical,
+        "tail_accurate_up_to": tail,
     }
     path = args.out / "accuracy.json"
     path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
