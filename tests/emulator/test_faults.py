@@ -108,8 +108,10 @@ async def test_rtt_adds_to_ttft_not_to_itl(start) -> None:
         _stream_times(near.url, payload), _stream_times(far.url, payload)
     )
     assert far_times[0] - near_times[0] == pytest.approx(0.2, abs=0.03)
-    far_gaps = [b - a for a, b in itertools.pairwise(far_times)]
-    assert all(gap == pytest.approx(0.010, abs=0.006) for gap in far_gaps)
+    # Tokens are paced by engine time, so one late gap is made up by the next: the span is exact
+    # and no single gap comes near the 200 ms round trip.
+    assert far_times[-1] - far_times[0] == pytest.approx(0.040, abs=0.01)
+    assert max(b - a for a, b in itertools.pairwise(far_times)) < 0.05
 
 
 async def test_admin_reset_clears_counters_and_cache(start) -> None:
