@@ -10,24 +10,18 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
-from gateway.fleet import LocalFleetView
+from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
 from gateway.metrics import GatewayMetrics
 from gateway.relay import Relay
 from gateway.state_keys import CONFIG, METRICS, RELAY
 from gateway.upstream import UpstreamPool
-from routing.policies.round_robin import RoundRobinRouter
-from routing.types import Router
+from routing.policies import build_router
+from routing.types import PolicyRouter
 
 log = logging.getLogger("meridian.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def build_router(config: GatewayConfig) -> Router:
-    if config.routing.policy == "round_robin":
-        return RoundRobinRouter()
-    raise ValueError(f"unknown routing policy {config.routing.policy!r}")
 
 
 @web.middleware
@@ -52,12 +46,19 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
         ).to_response()
 
 
-def build_app(config: GatewayConfig, router: Router | None = None) -> web.Application:
+def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=config.limits.max_body_bytes)
     metrics = GatewayMetrics()
     pool = UpstreamPool(config.backends, config.timeouts)
-    fleet = LocalFleetView(config)
-    relay = Relay(config, pool, router or build_router(config), fleet, metrics)
+    hub = build_signal_hub(config, metrics.registry)
+    policy = config.routing
+    relay = Relay(
+        config,
+        pool,
+        router or build_router(policy.policy, policy.params, policy.seed),
+        hub,
+        metrics,
+    )
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
@@ -66,7 +67,13 @@ def build_app(config: GatewayConfig, router: Router | None = None) -> web.Applic
         yield
         await pool.close()
 
+    async def signals(app: web.Application) -> AsyncIterator[None]:
+        await hub.start()
+        yield
+        await hub.stop()
+
     app.cleanup_ctx.append(upstream_pool)
+    app.cleanup_ctx.append(signals)
     if config.listen.grpc_port is not None:
         # Imported here: grpc loads only when the gRPC door is configured.
         from gateway.grpc.mount import grpc_server_ctx

@@ -22,6 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.signals.hub import SignalsConfig
+from routing.errors import RoutingError
+from routing.policies import build_router
 from routing.types import BackendKind, BackendSpec
 
 Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "meridian", "unknown"]
@@ -95,6 +98,8 @@ class BackendConfig(_Strict):
     api_key: SecretRef | None = None
     capacity: CapacityConfig = CapacityConfig()
     max_connections: Annotated[int, Field(ge=1)] = 1024
+    # Let canary probes reach a serverless backend (keeps it warm: costs money, hides cold starts).
+    keep_warm: bool = False
 
     @field_validator("url")
     @classmethod
@@ -137,7 +142,7 @@ class LimitsConfig(_Strict):
 
 
 class RoutingConfig(_Strict):
-    policy: str = "round_robin"
+    policy: str = "predicted_ttft"
     params: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
 
@@ -152,6 +157,7 @@ class GatewayConfig(_Strict):
     routing: RoutingConfig = RoutingConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
     limits: LimitsConfig = LimitsConfig()
+    signals: SignalsConfig = SignalsConfig()
 
     @model_validator(mode="after")
     def _cross_references(self) -> GatewayConfig:
@@ -169,6 +175,10 @@ class GatewayConfig(_Strict):
                     )
             if self.region is not None and self.region not in known:
                 raise ValueError(f"'region' {self.region!r} is not in 'regions'")
+        try:
+            build_router(self.routing.policy, self.routing.params, self.routing.seed)
+        except RoutingError as exc:
+            raise ValueError(f"routing: {exc}") from None
         return self
 
     def models(self) -> list[str]:

@@ -1,65 +1,74 @@
-"""The gateway's in-memory view of the fleet, as routing sees it.
+"""The gateway's live view of the fleet: configuration plus every signal, as routing sees it.
 
-The request path asks for a snapshot synchronously; nothing here awaits. The local view counts
-this process's in-flight requests and last-traffic times; live signals (probes, engine metrics,
-shared state) plug in behind the same :class:`FleetView` protocol.
+The request path only calls the synchronous methods of :class:`FleetView`; the probes, scrapes
+and outlier bookkeeping behind them run in background tasks owned by the
+:class:`~gateway.signals.hub.SignalHub`.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.config import GatewayConfig
-from routing.types import BackendState, FleetSnapshot
+from prometheus_client import CollectorRegistry
+
+from gateway.config import BackendConfig, GatewayConfig
+from gateway.signals.geo import ClientGeo, RegionLocation
+from gateway.signals.hub import SignalHub, SignalsConfig
+from gateway.signals.outlier import FailureKind, HealthView
+from gateway.signals.targets import BackendTarget, Engine
+from routing.types import FleetSnapshot
+
+_SCRAPED_ENGINES = {e.value: e for e in Engine}
 
 
 class FleetView(Protocol):
-    def snapshot(self, now: float) -> FleetSnapshot: ...
+    def snapshot(self) -> FleetSnapshot: ...
 
-    def on_request_start(self, backend: str, now: float) -> None: ...
+    def on_request_start(self, backend: str) -> None: ...
 
-    def on_request_end(self, backend: str, now: float, ok: bool) -> None: ...
+    def on_request_end(
+        self, backend: str, ok: bool, failure: FailureKind | None = None
+    ) -> None: ...
+
+    def in_flight(self, backend: str) -> int: ...
+
+    def health(self) -> HealthView: ...
+
+    def locate(self, peer: str | None, forwarded_for: str | Sequence[str] | None) -> ClientGeo: ...
 
 
-class LocalFleetView:
-    """Configuration plus what this process itself has seen."""
+def _target(backend: BackendConfig) -> BackendTarget:
+    headers = {}
+    if backend.api_key is not None:
+        headers["Authorization"] = f"Bearer {backend.api_key.resolve()}"
+    return BackendTarget(
+        spec=backend.spec(),
+        base_url=backend.base_url(),
+        engine=_SCRAPED_ENGINES.get(backend.engine, Engine.UNKNOWN),
+        keep_warm=backend.keep_warm,
+        headers=headers,
+    )
 
-    def __init__(self, config: GatewayConfig) -> None:
-        self._specs = {b.name: b.spec() for b in config.backends}
-        self._region_rtt = {r.name: r.rtt_ms for r in config.regions if r.rtt_ms is not None}
-        self._gateway_region = config.region
-        self._in_flight: defaultdict[str, int] = defaultdict(int)
-        self._last_traffic: dict[str, float] = {}
-        self._cached: FleetSnapshot | None = None
 
-    def snapshot(self, now: float) -> FleetSnapshot:
-        if self._cached is None:
-            self._cached = FleetSnapshot(
-                backends={
-                    name: BackendState(
-                        spec=spec,
-                        in_flight=self._in_flight[name],
-                        last_traffic_at=self._last_traffic.get(name),
-                        as_of=now,
-                    )
-                    for name, spec in self._specs.items()
-                },
-                gateway_region=self._gateway_region,
-                region_rtt_ms=self._region_rtt,
-                taken_at=now,
-            )
-        return self._cached
+def _signals_config(config: GatewayConfig) -> SignalsConfig:
+    """Geo needs region coordinates; take them from ``regions`` unless given explicitly."""
+    signals = config.signals
+    if signals.geo.regions:
+        return signals
+    located = {
+        r.name: RegionLocation(latitude=r.location.lat, longitude=r.location.lon)
+        for r in config.regions
+        if r.location is not None
+    }
+    return signals.model_copy(update={"geo": signals.geo.model_copy(update={"regions": located})})
 
-    def in_flight(self, backend: str) -> int:
-        return self._in_flight[backend]
 
-    def on_request_start(self, backend: str, now: float) -> None:
-        self._in_flight[backend] += 1
-        self._last_traffic[backend] = now
-        self._cached = None
-
-    def on_request_end(self, backend: str, now: float, ok: bool) -> None:
-        self._in_flight[backend] = max(0, self._in_flight[backend] - 1)
-        self._last_traffic[backend] = now
-        self._cached = None
+def build_signal_hub(config: GatewayConfig, registry: CollectorRegistry) -> SignalHub:
+    return SignalHub(
+        [_target(b) for b in config.backends],
+        _signals_config(config),
+        gateway_region=config.region,
+        region_rtt_ms={r.name: r.rtt_ms for r in config.regions if r.rtt_ms is not None},
+        registry=registry,
+    )

@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, parse_inbound, request_id_from, tenant_from
+from gateway.signals.outlier import FailureKind
 from gateway.sse import comment
 from gateway.state_keys import CONFIG, METRICS, RELAY
 from gateway.stream import OpenedStream, StreamBroken
@@ -72,12 +73,13 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
     model_label = "unknown"
     try:
         body = await _read_body(request)
+        client = relay.fleet.locate(request.remote, request.headers.getall("X-Forwarded-For", None))
         inbound = parse_inbound(
             endpoint,
             body,
             request_id=request_id,
             tenant=tenant_from(request.headers.get("X-Meridian-Tenant")),
-            origin=None,
+            origin=client.origin,
             known_models=relay.known_models,
             received_at=received_at,
         )
@@ -90,22 +92,17 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
         if status_label != "error":
             metrics.requests.labels("http", endpoint.value, model_label, status_label).inc()
 
-    ok = False
+    failure: FailureKind | None = FailureKind.CANCELLED  # until the response is complete
     try:
         if not inbound.stream:
-            ok = True
+            failure = None
             return _whole_body(request_id, opened)
-        try:
-            response = await _relay_stream(request, request_id, opened)
-            ok = True
-        except _Incomplete as incomplete:
-            response = incomplete.response
+        response, failure = await _relay_stream(request, request_id, opened)
         return response
     finally:
-        relay.finish(inbound, opened, ok, time.perf_counter())
-        metrics.requests.labels(
-            "http", endpoint.value, model_label, "200" if ok else "aborted"
-        ).inc()
+        relay.finish(inbound, opened, time.perf_counter(), failure)
+        outcome = "200" if failure is None else failure.value
+        metrics.requests.labels("http", endpoint.value, model_label, outcome).inc()
 
 
 def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
@@ -131,7 +128,8 @@ def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
 
 async def _relay_stream(
     request: web.Request, request_id: str, opened: OpenedStream
-) -> web.StreamResponse:
+) -> tuple[web.StreamResponse, FailureKind | None]:
+    """Write the stream; returns the response and how it failed (None when complete)."""
     response = web.StreamResponse(status=200, headers=_response_headers(request_id, opened))
     response.content_type = "text/event-stream"
     response.headers["Cache-Control"] = "no-cache"
@@ -141,17 +139,21 @@ async def _relay_stream(
         async for event in opened.all_events():
             if event.is_done:
                 await _end(response, opened)
-                return response
+                return response, None
             await response.write(event.raw)
     except StreamBroken as broken:
         log.warning("stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
         request.app[METRICS].stream_errors.labels(opened.route.backend, broken.kind).inc()
-        await response.write(broken.error.sse_event())
-        await response.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
-        raise _Incomplete(response) from None
+        try:
+            await response.write(broken.error.sse_event())
+            await response.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+        except _CLIENT_GONE:
+            pass
+        stalled = broken.kind == "upstream_stalled"
+        return response, FailureKind.TIMEOUT if stalled else FailureKind.SERVER_ERROR
     except _CLIENT_GONE:
-        raise _Incomplete(response) from None
-    return response
+        return response, FailureKind.CANCELLED
+    raise AssertionError("all_events() ends at [DONE] or raises StreamBroken")
 
 
 def _summary_json(opened: OpenedStream) -> str:
@@ -162,14 +164,6 @@ async def _end(response: web.StreamResponse, opened: OpenedStream) -> None:
     await response.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
-
-
-class _Incomplete(Exception):
-    """The stream ended badly after headers went out; the response object is what's left."""
-
-    def __init__(self, response: web.StreamResponse) -> None:
-        super().__init__("stream incomplete")
-        self.response = response
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -197,13 +191,14 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     relay = request.app[RELAY]
-    snapshot = relay.fleet.snapshot(time.perf_counter())
-    usable = [name for name, state in snapshot.backends.items() if state.healthy]
-    ready = bool(usable)
+    health = relay.fleet.health()
+    ready = bool(health.usable)
     body = {
         "ready": ready,
-        "backends_usable": len(usable),
-        "backends_total": len(snapshot.backends),
+        "backends_usable": len(health.usable),
+        "backends_total": len(relay.pool.clients),
+        "backends_ejected": sorted(health.ejected_until),
+        "panic": health.panic,
     }
     return web.json_response(body, status=200 if ready else 503)
 

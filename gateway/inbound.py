@@ -16,12 +16,13 @@ from typing import Any
 import orjson
 
 from gateway.errors import ApiError, bad_request, model_not_found
-from routing import prefix
-from routing.types import LatencyClass, RequestProfile
+from routing.errors import RoutingError
+from routing.prefix import DEFAULT_BLOCK_TOKENS
+from routing.profile import profile_from_chat, profile_from_completion
+from routing.types import RequestProfile
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _SANE_TENANT = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
-LONG_FORM_MIN_TOKENS = 1024  # above this many requested tokens, end-to-end time dominates
 
 
 class Endpoint(StrEnum):
@@ -104,7 +105,7 @@ def parse_inbound(
     origin: str | None,
     known_models: frozenset[str],
     received_at: float,
-    block_tokens: int = prefix.DEFAULT_BLOCK_TOKENS,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> InboundRequest:
     """Validate what routing needs; raise :class:`ApiError` (4xx) for anything else."""
     try:
@@ -133,27 +134,16 @@ def parse_inbound(
 
     if endpoint is Endpoint.CHAT:
         _check_messages(payload.get("messages"))
-        canonical = prefix.canonical_chat(payload["messages"], payload.get("tools"))
     else:
         _check_prompt(payload.get("prompt"))
-        canonical = prefix.canonical_completion(payload["prompt"])
-
     if model not in known_models:
         raise model_not_found(model)
+    make_profile = profile_from_chat if endpoint is Endpoint.CHAT else profile_from_completion
+    try:
+        profile = make_profile(payload, tenant, origin, block_tokens)
+    except RoutingError as exc:
+        raise bad_request(exc.message) from None
 
-    profile = RequestProfile(
-        model=model,
-        tenant=tenant,
-        origin=origin,
-        prompt_tokens=prefix.estimate_tokens(canonical),
-        prefix_hashes=prefix.block_hashes(canonical, tenant, block_tokens),
-        max_tokens=max_tokens,
-        latency_class=(
-            LatencyClass.LONG_FORM
-            if max_tokens is not None and max_tokens >= LONG_FORM_MIN_TOKENS
-            else LatencyClass.INTERACTIVE
-        ),
-    )
     return InboundRequest(
         endpoint=endpoint,
         body=body,

@@ -22,11 +22,12 @@ from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.fleet import FleetView
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
+from gateway.signals.outlier import FailureKind
 from gateway.sse import SseEvent, SseSplitter
 from gateway.stream import OpenedStream, RouteInfo, event_carries_output
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming, UpstreamPool
-from routing.types import Candidate, Observation, Router
+from routing.types import Candidate, Observation, PolicyRouter
 
 log = logging.getLogger("meridian.relay")
 
@@ -41,6 +42,16 @@ class AttemptFailure:
     message: str
     status: int | None = None
     retry_after_s: float | None = None
+
+    def outlier_kind(self) -> FailureKind:
+        """How outlier detection counts it: 429 is back-pressure, not a fault."""
+        if self.kind == "connect":
+            return FailureKind.CONNECT_ERROR
+        if self.kind == "timeout":
+            return FailureKind.TIMEOUT
+        if self.status == 429:
+            return FailureKind.CLIENT_ERROR
+        return FailureKind.SERVER_ERROR
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:
@@ -65,7 +76,7 @@ class Relay:
         self,
         config: GatewayConfig,
         pool: UpstreamPool,
-        router: Router,
+        router: PolicyRouter,
         fleet: FleetView,
         metrics: GatewayMetrics,
     ) -> None:
@@ -79,7 +90,7 @@ class Relay:
 
     async def open(self, inbound: InboundRequest, forward_headers: dict[str, str]) -> OpenedStream:
         started = time.perf_counter()
-        decision = self.router.decide(inbound.profile, self.fleet.snapshot(started), started)
+        decision = self.router.decide(inbound.profile, self.fleet.snapshot(), time.monotonic())
         route_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.route_decision.observe(route_ms / 1000.0)
         if not decision.ranked:
@@ -94,6 +105,8 @@ class Relay:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 break
+            if attempt > 1:  # decide() counted only its first choice as in flight
+                self.router.reserve(candidate.backend, time.monotonic())
             sent_at = time.perf_counter()
             result = await self._attempt(
                 inbound, candidate, attempt, forward_headers, min(timeouts.first_token_s, remaining)
@@ -160,7 +173,7 @@ class Relay:
         timing = ConnectionTiming()
         stats = StreamStats(started_at=inbound.received_at)
         sent_at = time.perf_counter()
-        self.fleet.on_request_start(name, sent_at)
+        self.fleet.on_request_start(name)
         self.metrics.in_flight.labels(name).inc()
         response: aiohttp.ClientResponse | None = None
         opened: OpenedStream | None = None
@@ -186,24 +199,26 @@ class Relay:
                 if failure is not None:
                     return failure
         except TimeoutError:
-            return self._failed(
-                name,
-                AttemptFailure(
-                    name, "timeout", f"no first token within {first_token_timeout_s:.1f}s"
-                ),
-                response,
-            )
+            message = f"no first token within {first_token_timeout_s:.1f}s"
+            return self._failed(AttemptFailure(name, "timeout", message), response)
         except (aiohttp.ClientError, OSError) as exc:
-            return self._failed(name, AttemptFailure(name, "connect", repr(exc)), response)
-        except BaseException:
-            self._release(name, ok=False, response=response)
+            return self._failed(AttemptFailure(name, "connect", repr(exc)), response)
+        except ApiError:  # the backend says the request itself is bad
+            self.router.release(name)
+            self._release(name, response, FailureKind.CLIENT_ERROR)
+            raise
+        except BaseException:  # cancelled: the client went away
+            self.router.release(name)
+            self._release(name, response, FailureKind.CANCELLED)
             raise
         first_at = time.perf_counter()
+        opened.upstream_ttfb_ms = (first_at - sent_at) * 1000.0
+        opened.predicted_terms_ms = candidate.terms_ms
         upstream_hop = parse(response.headers.get("Server-Timing", ""))
         opened.entries.extend(
             [
                 TimingEntry("upstream_connect", timing.connect_ms),
-                TimingEntry("upstream_ttfb", (first_at - sent_at) * 1000.0),
+                TimingEntry("upstream_ttfb", opened.upstream_ttfb_ms),
                 *label_hop(upstream_hop, name),
             ]
         )
@@ -226,25 +241,20 @@ class Relay:
                 carries, obj = event_carries_output(event)
                 if obj is not None and "error" in obj and not opened.first_events:
                     message = _error_message(event.data or b"")
-                    return self._failed(
-                        name, AttemptFailure(name, "error_event", message), opened.response
-                    )
+                    failure = AttemptFailure(name, "error_event", message)
+                    return self._failed(failure, opened.response)
                 opened.note(event, obj, carries)
                 opened.first_events.append(event)
             if opened.stats.first_token_at is not None or opened.saw_done:
                 return None
             if not chunk:
-                return self._failed(
-                    name,
-                    AttemptFailure(name, "empty", "stream ended before the first token"),
-                    opened.response,
-                )
+                failure = AttemptFailure(name, "empty", "stream ended before the first token")
+                return self._failed(failure, opened.response)
 
     async def _status_failure(self, name: str, response: aiohttp.ClientResponse) -> AttemptFailure:
         body = await response.content.read(_MAX_ERROR_BODY)
         message = _error_message(body)
         if response.status in _CLIENT_ERROR_STATUSES:
-            # Released by the caller's exception path, like any other abandoned attempt.
             raise ApiError(response.status, message, "invalid_request_error", "upstream_rejected")
         failure = AttemptFailure(
             name,
@@ -253,30 +263,39 @@ class Relay:
             response.status,
             _retry_after(response),
         )
-        return self._failed(name, failure, response)
+        return self._failed(failure, response)
 
     def _failed(
-        self, name: str, failure: AttemptFailure, response: aiohttp.ClientResponse | None
+        self, failure: AttemptFailure, response: aiohttp.ClientResponse | None
     ) -> AttemptFailure:
+        name = failure.backend
         self.metrics.upstream_attempts.labels(name, failure.kind).inc()
-        self._release(name, ok=False, response=response)
+        self._release(name, response, failure.outlier_kind())
         self.router.observe(
-            Observation(backend=name, at=time.perf_counter(), ok=False, error_kind=failure.kind)
+            Observation(backend=name, at=time.monotonic(), ok=False, error_kind=failure.kind)
         )
         return failure
 
-    def _release(self, name: str, ok: bool, response: aiohttp.ClientResponse | None) -> None:
+    def _release(
+        self, name: str, response: aiohttp.ClientResponse | None, failure: FailureKind | None
+    ) -> None:
         if response is not None:
             response.close()
         self.metrics.in_flight.labels(name).dec()
-        self.fleet.on_request_end(name, time.perf_counter(), ok)
+        self.fleet.on_request_end(name, failure is None, failure)
 
-    def finish(self, inbound: InboundRequest, opened: OpenedStream, ok: bool, now: float) -> None:
-        """Book-keeping once the client's response is over (or abandoned)."""
+    def finish(
+        self,
+        inbound: InboundRequest,
+        opened: OpenedStream,
+        now: float,
+        failure: FailureKind | None = None,
+    ) -> None:
+        """Book-keeping once the client's response is over, or abandoned (``failure``)."""
         opened.close()
         name = opened.route.backend
         self.metrics.in_flight.labels(name).dec()
-        self.fleet.on_request_end(name, now, ok)
+        self.fleet.on_request_end(name, failure is None, failure)
         stats = opened.stats
         tokens = opened.output_tokens()
         self.metrics.output_tokens.labels(name).inc(tokens)
@@ -284,24 +303,24 @@ class Relay:
         itl_hist = self.metrics.itl.labels(name)
         for gap in stats.gaps_ms:
             itl_hist.observe(gap / 1000.0)
-        ttft_ms = (
-            (stats.first_token_at - inbound.received_at) * 1000.0
-            if stats.first_token_at is not None
-            else None
-        )
+        if failure is FailureKind.CANCELLED:
+            self.router.release(name)  # an abandoned request says nothing about the backend
+            return
         mean_itl = sum(stats.gaps_ms) / len(stats.gaps_ms) if stats.gaps_ms else None
         self.router.observe(
             Observation(
                 backend=name,
-                at=now,
-                ok=ok,
+                at=time.monotonic(),
+                ok=failure is None,
                 prompt_tokens=inbound.profile.prompt_tokens,
                 cached_tokens=opened.cached_tokens(),
                 output_tokens=tokens,
-                ttft_ms=ttft_ms,
+                ttft_ms=opened.upstream_ttfb_ms,
                 itl_ms=mean_itl,
                 predicted_ttft_ms=opened.route.predicted_ttft_ms,
+                predicted_terms_ms=opened.predicted_terms_ms,
                 prefix_hashes=inbound.profile.prefix_hashes,
                 tenant=inbound.tenant,
+                error_kind=None if failure is None else failure.value,
             )
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,8 @@ class OpenedStream:
     inter_token_s: float = 60.0
     deadline: float | None = None  # perf_counter() time by which the whole request must end
     usage: dict[str, Any] | None = None
+    upstream_ttfb_ms: float | None = None  # request sent -> first token: the backend's share
+    predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
     saw_done: bool = False
     finished: bool = False
 

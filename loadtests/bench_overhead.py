@@ -1,0 +1,184 @@
+"""Gateway overhead: the same streaming workload against an emulated backend directly and
+through the gateway, side by side in one run, at concurrency 1 and 64.
+
+    python -m loadtests.bench_overhead [--requests N] [--rounds R] [--out DIR]
+
+Three processes: the emulator (``meridian emulate``), the gateway (``meridian serve``) and this
+load generator. Direct and gateway runs alternate (``--rounds`` times) so machine noise hits
+both alike; percentiles are taken over the pooled requests of each side. Reported: TTFT and ITL
+p50/p99 direct vs through the gateway, the difference (added latency), and requests/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+from loadtests.bench.records import BenchResult, RequestRecord
+from loadtests.bench.report import summarize
+from loadtests.bench.runner import BenchOptions, run_bench
+from loadtests.bench.workload import parse_workload
+from loadtests.processes import emulated_backend, gateway
+
+MODEL = "overhead-model"
+ENGINE = {
+    "max_num_seqs": 4096,
+    "max_num_batched_tokens": 10_000_000,
+    "prefill_tokens_per_s": 1e12,
+    "decode_base_ms": 10,
+    "decode_per_seq_ms": 0,
+    "first_token_overhead_ms": 20,
+}
+
+
+@dataclass(frozen=True)
+class Side:
+    requests: int
+    errors: int
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    itl_p50_ms: float | None
+    itl_p99_ms: float | None
+    request_per_s: float
+
+
+@dataclass(frozen=True)
+class Level:
+    concurrency: int
+    direct: Side
+    gateway: Side
+
+    def added(self, field: str) -> float | None:
+        a, b = getattr(self.direct, field), getattr(self.gateway, field)
+        return None if a is None or b is None else b - a
+
+
+def _workload(concurrency: int, requests: int) -> dict[str, object]:
+    return {
+        "name": f"overhead-c{concurrency}",
+        "seed": 7,
+        "model": MODEL,
+        "arrival": {"mode": "closed", "concurrency": concurrency},
+        "limits": {"requests": requests},
+        "request_timeout_s": 120,
+        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": 32}],
+    }
+
+
+def _side(results: list[BenchResult]) -> Side:
+    records: tuple[RequestRecord, ...] = tuple(r for result in results for r in result.records)
+    merged = dataclasses.replace(
+        results[0],
+        records=records,
+        duration_s=sum(r.duration_s for r in results),
+        loop_lag_s=tuple(lag for r in results for lag in r.loop_lag_s),
+    )
+    report = summarize(merged)
+    return Side(
+        requests=report.requests,
+        errors=report.requests - report.ok,
+        ttft_p50_ms=report.ttft_ms.p50,
+        ttft_p99_ms=report.ttft_ms.p99,
+        itl_p50_ms=report.itl_ms.p50,
+        itl_p99_ms=report.itl_ms.p99,
+        request_per_s=report.request_per_s,
+    )
+
+
+async def measure(concurrencies: list[int], requests: int, rounds: int) -> list[Level]:
+    levels = []
+    async with emulated_backend("overhead", MODEL, ENGINE) as (backend_url, _):
+        config = {
+            "backends": [
+                {
+                    "name": "overhead",
+                    "region": "local",
+                    "url": backend_url + "/v1",
+                    "models": [MODEL],
+                    "max_connections": 4096,
+                }
+            ]
+        }
+        async with gateway(config) as (gateway_url, _):
+            for concurrency in concurrencies:
+                workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
+                options = BenchOptions(max_connections=concurrency)
+                await run_bench(gateway_url, workload, options)  # warm both pools
+                direct: list[BenchResult] = []
+                through: list[BenchResult] = []
+                for _ in range(rounds):
+                    direct.append(await run_bench(backend_url, workload, options))
+                    through.append(await run_bench(gateway_url, workload, options))
+                levels.append(Level(concurrency, _side(direct), _side(through)))
+    return levels
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_table(levels: list[Level]) -> str:
+    header = (
+        f"{'conc':>5} {'side':>8} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'ITL p50':>8} {'ITL p99':>8} {'req/s':>8}"
+    )
+    lines = [header, "-" * len(header)]
+    for level in levels:
+        for label, side in (("direct", level.direct), ("gateway", level.gateway)):
+            lines.append(
+                f"{level.concurrency:>5} {label:>8} {side.requests:>6} {side.errors:>4} "
+                f"{_fmt(side.ttft_p50_ms):>9} {_fmt(side.ttft_p99_ms):>9} "
+                f"{_fmt(side.itl_p50_ms):>8} {_fmt(side.itl_p99_ms):>8} {side.request_per_s:>8.1f}"
+            )
+        lines.append(
+            f"{level.concurrency:>5} {'added':>8} {'':>6} {'':>4} "
+            f"{_fmt(level.added('ttft_p50_ms')):>9} {_fmt(level.added('ttft_p99_ms')):>9} "
+            f"{_fmt(level.added('itl_p50_ms')):>8} {_fmt(level.added('itl_p99_ms')):>8} "
+            f"{_fmt(level.gateway.request_per_s / level.direct.request_per_s, 3):>8}x"
+        )
+    lines.append("(all times ms; 'added' = gateway - direct; last column = gateway/direct req/s)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_overhead", description=__doc__)
+    parser.add_argument(
+        "--concurrency", type=int, action="append", help="repeatable; default 1, 64"
+    )
+    parser.add_argument("--requests", type=int, default=400, help="requests per side per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="loadtests/results")
+    args = parser.parse_args(argv)
+    import uvloop
+
+    levels = uvloop.run(measure(args.concurrency or [1, 64], args.requests, args.rounds))
+    print(format_table(levels))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    payload = {
+        "benchmark": "gateway_overhead",
+        "engine": ENGINE,
+        "levels": [
+            {
+                **asdict(level),
+                "added": {
+                    f: level.added(f)
+                    for f in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+                },
+            }
+            for level in levels
+        ],
+    }
+    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""Meridian's own programs as subprocesses, for benchmarks that must not share a core or an
+event loop with the load generator: ``meridian emulate`` and ``meridian serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+_READY_TIMEOUT_S = 30.0
+
+
+@contextlib.asynccontextmanager
+async def _process(argv: list[str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def _readline(process: asyncio.subprocess.Process) -> bytes:
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), _READY_TIMEOUT_S)
+    if not line:
+        raise RuntimeError(f"{process.pid} exited before it was ready")
+    return line
+
+
+@contextlib.asynccontextmanager
+async def emulated_backend(
+    name: str,
+    model: str,
+    engine: Mapping[str, Any] | None = None,
+    faults: Mapping[str, Any] | None = None,
+    extra: list[str] | None = None,
+) -> AsyncIterator[tuple[str, int]]:
+    """One ``meridian emulate --backend`` process; yields (base url, pid)."""
+    argv = [sys.executable, "-m", "gateway.cli", "emulate", "--backend", name, "--model", model]
+    for key, value in (engine or {}).items():
+        argv += ["--engine", f"{key}={value}"]
+    for key, value in (faults or {}).items():
+        argv += ["--fault", f"{key}={value}"]
+    argv += extra or []
+    async with _process(argv) as process:
+        url = ""
+        while True:
+            message = orjson.loads(await _readline(process))
+            url = message.get("url", url)
+            if message.get("ready"):
+                break
+        yield url, process.pid
+
+
+@contextlib.asynccontextmanager
+async def gateway(config: Mapping[str, Any]) -> AsyncIterator[tuple[str, int]]:
+    """One ``meridian serve --config`` process on an ephemeral port; yields (base url, pid)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "gateway.yaml"
+        path.write_text(yaml.safe_dump(dict(config)))
+        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
+        async with _process(argv) as process:
+            line = (await _readline(process)).decode()
+            if not line.startswith("meridian listening on "):
+                raise RuntimeError(f"unexpected first line from meridian serve: {line!r}")
+            yield line.split()[-1], process.pid
