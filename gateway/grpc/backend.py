@@ -38,6 +38,8 @@ class BackendRequest:
     timeout_s: float | None = None  # what is left of the client's gRPC deadline, if it set one
     # Client metadata worth forwarding (traceparent, ...), already filtered by the servicer.
     forward_metadata: Metadata = ()
+    peer: str | None = None  # the client's IP address as the transport saw it
+    forwarded_for: tuple[str, ...] = ()  # x-forwarded-for values (trusted only per config)
     # time.perf_counter() when the call arrived: the start of the gateway's own timings.
     received_at: float = field(default_factory=time.perf_counter)
 

@@ -32,6 +32,7 @@ from gateway.grpc.backend import (
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
 from gateway.metrics import GatewayMetrics
 from gateway.relay import Relay
+from gateway.signals.outlier import FailureKind
 from gateway.stream import OpenedStream, StreamBroken
 from gateway.timing import TimingEntry, render
 
@@ -76,12 +77,13 @@ class RelayBackend:
     ) -> tuple[InboundRequest, OpenedStream] | StreamFailed:
         model = "unknown"
         try:
+            client = self.relay.fleet.locate(request.peer, request.forwarded_for or None)
             inbound = parse_inbound(
                 endpoint,
                 request.body,
                 request_id=request_id_from(request.request_id),
                 tenant=tenant_from(request.tenant),
-                origin=None,
+                origin=client.origin,
                 known_models=self.relay.known_models,
                 received_at=request.received_at,
             )
@@ -107,7 +109,8 @@ class RelayBackend:
             yield result
             return
         inbound, opened = result
-        ok = False
+        # Until proven otherwise the client went away (the generator closed or was cancelled).
+        failure: FailureKind | None = FailureKind.CANCELLED
         try:
             yield StreamOpened(
                 (
@@ -121,20 +124,28 @@ class RelayBackend:
                     break
                 if event.data is None:
                     continue
-                data = orjson.loads(event.data)
+                try:
+                    data = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise StreamBroken(
+                        "upstream_malformed", "upstream sent a non-JSON event"
+                    ) from None
                 if isinstance(data, dict) and "error" in data:
+                    failure = FailureKind.SERVER_ERROR
                     yield self._error_event(data, opened)
                     return
                 yield StreamChunk(data)
-            ok = True
+            failure = None
             yield StreamEnded(summary_metadata(opened.summary(time.perf_counter())))
         except StreamBroken as broken:
             log.warning("grpc stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
             self.metrics.stream_errors.labels(opened.route.backend, broken.kind).inc()
+            stalled = broken.kind == "upstream_stalled"
+            failure = FailureKind.TIMEOUT if stalled else FailureKind.SERVER_ERROR
             yield _failed(broken.error, summary_metadata(opened.summary(time.perf_counter())))
         finally:
-            self.relay.finish(inbound, opened, ok, time.perf_counter())
-            self._count(endpoint, inbound.model, "200" if ok else "aborted")
+            self.relay.finish(inbound, opened, time.perf_counter(), failure)
+            self._count(endpoint, inbound.model, "200" if failure is None else "aborted")
 
     def _error_event(self, data: dict[str, Any], opened: OpenedStream) -> StreamFailed:
         error = data.get("error")

@@ -47,6 +47,7 @@ log = logging.getLogger("meridian.grpc")
 
 TENANT_KEY = "x-meridian-tenant"
 REQUEST_ID_KEY = "x-request-id"
+FORWARDED_FOR_KEY = "x-forwarded-for"
 FORWARDED_KEYS = frozenset({"traceparent", "tracestate"})
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -57,6 +58,19 @@ Chunk = TypeVar("Chunk", pb.ChatCompletionChunk, pb.CompletionChunk)
 class ServicerLimits:
     # The converted JSON body is held to the HTTP door's limit, so both doors accept the same.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+def peer_address(peer: str | None) -> str | None:
+    """The IP in a gRPC peer string: ``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``; else None."""
+    if not peer:
+        return None
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or None
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0]
+        return host.strip("[]") or None
+    return None
 
 
 def _text_metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -75,9 +89,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         stream = self._relay(
             RpcKind.CHAT, request, chat_request_to_body, chat_chunk_from_json, context
         )
-        async with aclosing(stream):
-            async for chunk in stream:
-                yield chunk
+        async for chunk in _guarded(stream, context):
+            yield chunk
 
     async def Completion(
         self, request: pb.CompletionRequest, context: grpc.aio.ServicerContext
@@ -89,9 +102,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             completion_chunk_from_json,
             context,
         )
-        async with aclosing(stream):
-            async for chunk in stream:
-                yield chunk
+        async for chunk in _guarded(stream, context):
+            yield chunk
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
@@ -124,6 +136,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             timeout_s=context.time_remaining(),
             forward_metadata=tuple((k, v) for k, v in metadata.items() if k in FORWARDED_KEYS),
             received_at=received_at,
+            peer=peer_address(context.peer()),
+            forwarded_for=tuple(
+                value
+                for key, value in context.invocation_metadata() or ()
+                if key == FORWARDED_FOR_KEY and isinstance(value, str)
+            ),
         )
 
     async def _relay(
@@ -158,6 +176,22 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                     await _abort_with(context, event)
         # The backend ended without saying how: treat as broken, never as a silent OK.
         await context.abort(grpc.StatusCode.INTERNAL, "backend stream ended without a status")
+
+
+async def _guarded(
+    stream: AsyncGenerator[Chunk, None], context: grpc.aio.ServicerContext
+) -> AsyncGenerator[Chunk, None]:
+    """Close ``stream`` whatever happens; a bug below ends the call INTERNAL without leaking
+    its text to the client (gRPC would otherwise send the exception's repr as UNKNOWN)."""
+    async with aclosing(stream):
+        try:
+            async for chunk in stream:
+                yield chunk
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("gRPC handler failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal gateway error")
 
 
 async def _abort_with(context: grpc.aio.ServicerContext, failed: StreamFailed) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Sequence
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from gateway.grpc.backend import BackendEvent, BackendRequest, ModelEntry
+from gateway.grpc.client import inference_stub
 from gateway.grpc.convert import decode_status_details, retry_delay_s
-from gateway.grpc.server import GrpcServerConfig
-from gateway.grpc.servicer import ServicerLimits
+from gateway.grpc.server import GrpcServerConfig, serving_grpc
+from gateway.grpc.servicer import ServicerLimits, peer_address
 from loadtests.emulator.config import FaultConfig
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import MODEL, chat, grpc_rig, wait_until
@@ -145,3 +149,37 @@ async def test_reflection_lists_and_describes_the_service() -> None:
     assert {"meridian.v1.Inference", "grpc.health.v1.Health"} <= services
     files = replies[1].file_descriptor_response.file_descriptor_proto
     assert files, "reflection returned no descriptor for meridian.v1.Inference"
+
+
+class _FailingBackend:
+    """A backend with a bug: the servicer must answer INTERNAL without leaking the error text."""
+
+    async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
+        raise RuntimeError("secret internal detail")
+        yield  # pragma: no cover - makes this an async generator
+
+    async def list_models(self) -> Sequence[ModelEntry]:
+        return []
+
+
+async def test_backend_bug_is_internal_without_details() -> None:
+    async with (
+        serving_grpc(_FailingBackend()) as server,
+        grpc.aio.insecure_channel(server.target) as channel,
+    ):
+        error = await _status_of(inference_stub(channel).ChatCompletion(chat()))
+    assert error.code() is grpc.StatusCode.INTERNAL
+    assert "secret" not in (error.details() or "")
+
+
+@pytest.mark.parametrize(
+    ("peer", "address"),
+    [
+        ("ipv4:127.0.0.1:50123", "127.0.0.1"),
+        ("ipv6:[::1]:50123", "::1"),
+        ("unix:/tmp/socket", None),
+        ("", None),
+    ],
+)
+def test_peer_address(peer: str, address: str | None) -> None:
+    assert peer_address(peer) == address

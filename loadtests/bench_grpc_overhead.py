@@ -1,0 +1,270 @@
+"""gRPC door overhead: added TTFT of a chat stream through the gateway's gRPC door, against the
+same request sent straight to the emulated backend over HTTP (and, for reference, through the
+gateway's HTTP door), side by side in one run.
+
+    python -m loadtests.bench_grpc_overhead [--requests N] [--rounds R] [--concurrency C] [--out DIR]
+
+Three processes: the emulator (``meridian emulate``), the gateway (``meridian serve`` with a gRPC
+port) and this client. The three sides alternate ``--rounds`` times so machine noise hits them
+alike; percentiles are over each side's pooled requests. TTFT is measured the same way on every
+side: from sending the request to receiving the first chunk that carries content.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import orjson
+
+from gateway.grpc.client import inference_stub
+from gateway.sse import SseSplitter
+from loadtests.processes import emulated_backend, gateway
+from proto.meridian.v1 import inference_pb2 as pb
+
+MODEL = "grpc-overhead-model"
+ENGINE = {
+    "max_num_seqs": 4096,
+    "max_num_batched_tokens": 10_000_000,
+    "prefill_tokens_per_s": 1e12,
+    "decode_base_ms": 5,
+    "decode_per_seq_ms": 0,
+    "first_token_overhead_ms": 20,
+}
+PROMPT = "Summarise the route a request takes through a multi-region gateway. " * 4
+MAX_TOKENS = 8
+SIDES = ("direct_http", "gateway_http", "gateway_grpc")
+
+Measure = Callable[[], Awaitable[float]]  # one request; returns its TTFT in seconds
+
+
+@dataclass(frozen=True)
+class Side:
+    requests: int
+    errors: int
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+
+
+def _nearest_rank(ordered: list[float], pct: float) -> float:
+    rank = max(1, -(-len(ordered) * pct // 100))
+    return ordered[int(rank) - 1]
+
+
+def _side(ttfts: list[float], errors: int) -> Side:
+    ordered = sorted(t * 1000.0 for t in ttfts)
+    if not ordered:
+        return Side(0, errors, None, None)
+    return Side(len(ordered), errors, _nearest_rank(ordered, 50), _nearest_rank(ordered, 99))
+
+
+def _chat_body() -> bytes:
+    return orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": MAX_TOKENS,
+            "stream": True,
+        }
+    )
+
+
+def _has_content(data: bytes) -> bool:
+    chunk = orjson.loads(data)
+    return any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or ())
+
+
+def http_measure(session: aiohttp.ClientSession, base_url: str) -> Measure:
+    url, body = base_url + "/v1/chat/completions", _chat_body()
+    headers = {"Content-Type": "application/json"}
+
+    async def one() -> float:
+        started = time.perf_counter()
+        ttft: float | None = None
+        splitter = SseSplitter()
+        async with session.post(url, data=body, headers=headers) as response:
+            response.raise_for_status()
+            async for raw in response.content.iter_any():
+                for event in splitter.feed(raw):
+                    if (
+                        ttft is None
+                        and event.data
+                        and not event.is_done
+                        and _has_content(event.data)
+                    ):
+                        ttft = time.perf_counter() - started
+        if ttft is None:
+            raise RuntimeError("stream carried no content")
+        return ttft
+
+    return one
+
+
+def grpc_measure(stub: Any) -> Measure:
+    request = pb.ChatCompletionRequest(
+        model=MODEL, messages=[pb.ChatMessage(role="user", text=PROMPT)], max_tokens=MAX_TOKENS
+    )
+
+    async def one() -> float:
+        started = time.perf_counter()
+        ttft: float | None = None
+        async for chunk in stub.ChatCompletion(request):
+            if ttft is None and any(c.delta.content for c in chunk.choices):
+                ttft = time.perf_counter() - started
+        if ttft is None:
+            raise RuntimeError("stream carried no content")
+        return ttft
+
+    return one
+
+
+@dataclass
+class Samples:
+    ttfts: list[float]
+    errors: int = 0
+
+
+async def run_closed_loop(measure: Measure, requests: int, concurrency: int) -> Samples:
+    ttfts: list[float] = []
+    errors = 0
+    remaining = requests
+
+    async def worker() -> None:
+        nonlocal remaining, errors
+        while remaining > 0:
+            remaining -= 1
+            try:
+                ttfts.append(await measure())
+            except (aiohttp.ClientError, grpc.aio.AioRpcError, RuntimeError):
+                errors += 1
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return Samples(ttfts, errors)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def measure(
+    concurrencies: list[int], requests: int, rounds: int
+) -> dict[int, dict[str, Side]]:
+    grpc_port = _free_port()
+    levels: dict[int, dict[str, Side]] = {}
+    async with emulated_backend("grpc-overhead", MODEL, ENGINE) as (backend_url, _):
+        backend = {"name": "b", "region": "local", "url": backend_url + "/v1", "models": [MODEL]}
+        config = {
+            "listen": {"host": "127.0.0.1", "grpc_port": grpc_port},
+            "backends": [{**backend, "max_connections": 4096}],
+        }
+        async with (
+            gateway(config) as (gateway_url, _),
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+            grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
+        ):
+            measures = {
+                "direct_http": http_measure(session, backend_url),
+                "gateway_http": http_measure(session, gateway_url),
+                "gateway_grpc": grpc_measure(inference_stub(channel)),
+            }
+            for concurrency in concurrencies:
+                for side_measure in measures.values():  # warm connections and code paths
+                    await run_closed_loop(side_measure, concurrency * 2, concurrency)
+                pooled = {side: Samples([]) for side in SIDES}
+                for _ in range(rounds):
+                    for side in SIDES:
+                        result = await run_closed_loop(measures[side], requests, concurrency)
+                        pooled[side].ttfts.extend(result.ttfts)
+                        pooled[side].errors += result.errors
+                levels[concurrency] = {
+                    side: _side(samples.ttfts, samples.errors) for side, samples in pooled.items()
+                }
+    return levels
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _added(level: dict[str, Side], side: str, field: str) -> float | None:
+    base, other = getattr(level["direct_http"], field), getattr(level[side], field)
+    return None if base is None or other is None else other - base
+
+
+def format_table(levels: dict[int, dict[str, Side]]) -> str:
+    header = (
+        f"{'conc':>5} {'side':>13} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'+p50':>7} {'+p99':>7} {'p50 ratio':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for concurrency, level in levels.items():
+        base = level["direct_http"].ttft_p50_ms
+        for side in SIDES:
+            s = level[side]
+            ratio = None if not base or s.ttft_p50_ms is None else s.ttft_p50_ms / base
+            lines.append(
+                f"{concurrency:>5} {side:>13} {s.requests:>6} {s.errors:>4} "
+                f"{_fmt(s.ttft_p50_ms):>9} {_fmt(s.ttft_p99_ms):>9} "
+                f"{_fmt(_added(level, side, 'ttft_p50_ms')):>7} "
+                f"{_fmt(_added(level, side, 'ttft_p99_ms')):>7} {_fmt(ratio, 3):>9}"
+            )
+    lines.append("(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.bench_grpc_overhead", description=__doc__
+    )
+    parser.add_argument(
+        "--concurrency", type=int, action="append", help="repeatable; default 1, 16"
+    )
+    parser.add_argument("--requests", type=int, default=100, help="requests per side per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="loadtests/results")
+    args = parser.parse_args(argv)
+    import uvloop
+
+    levels = uvloop.run(measure(args.concurrency or [1, 16], args.requests, args.rounds))
+    print(format_table(levels))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"grpc-overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    payload = {
+        "benchmark": "grpc_overhead",
+        "engine": ENGINE,
+        "max_tokens": MAX_TOKENS,
+        "rounds": args.rounds,
+        "levels": [
+            {
+                "concurrency": concurrency,
+                **{side: asdict(s) for side, s in level.items()},
+                "added_ms": {
+                    side: {
+                        "ttft_p50": _added(level, side, "ttft_p50_ms"),
+                        "ttft_p99": _added(level, side, "ttft_p99_ms"),
+                    }
+                    for side in SIDES[1:]
+                },
+            }
+            for concurrency, level in levels.items()
+        ],
+    }
+    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
