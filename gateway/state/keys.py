@@ -66,8 +66,7 @@ def encode_block(block: int) -> bytes:
 
 
 def decode_block(raw: bytes) -> int:
-    value: int = _BLOCK.unpack(raw)[0]
-    return value
+    return int.from_bytes(raw, "big")
 
 
 def to_ms(seconds: float) -> int:

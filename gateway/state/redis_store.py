@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
@@ -19,7 +19,9 @@ from gateway.state.errors import StateUnavailable, unavailable
 from gateway.state.keys import KeyLayout, decode_block, encode_block, to_ms
 from gateway.state.lua import LEASE_EXTEND, LEASE_RELEASE, TOKEN_BUCKET
 from gateway.state.records import (
+    Ejection,
     SharedPull,
+    SignalRecord,
     TimedT,
     TokenResult,
     WriteBatch,
@@ -34,11 +36,12 @@ from gateway.state.redis_summary import summarise
 from gateway.state.store import Retention, StoreSummary
 
 T = TypeVar("T")
-_ZADD_CHUNK = 2000
-# _CLIENT_FAILURES: every failure of a store call becomes StateUnavailable, not only RedisError/OSError: the
-# client library has raised AttributeError and KeyError from connections torn down by a
-# concurrent timeout and from an unfilled cluster slot cache. A replica must degrade on those,
-# never lose a background task to them.  # members per ZADD, so one command never carries a huge payload
+_ZADD_CHUNK = 2000  # members per ZADD, so one command never carries a huge payload
+_PULL_PAGE = 5000  # blocks per read: tens of ms of decoding, well inside one op timeout
+# _CLIENT_FAILURES: every failure of a store call becomes StateUnavailable, not only
+# RedisError/OSError: the client library has raised AttributeError and KeyError from
+# connections torn down by a concurrent timeout and from an unfilled cluster slot cache.
+# A replica must degrade on those, never lose a background task to them.
 
 
 class RedisStore:
@@ -121,40 +124,66 @@ class RedisStore:
         return to_ms(self._keep.in_flight_ttl_s)
 
     async def pull(self, since: float, now: float) -> SharedPull:
-        return await self._op("pull", lambda: self._pull(since, now))
+        """A few small round trips, then each backend's blocks in pages: every round trip has
+        its own timeout and the event loop runs between pages, so even a full pull of large
+        indexes neither trips the timeout nor stalls the request path."""
+        replicas, backends, signals, ejections = await self._op(
+            "pull", lambda: self._pull_head(now)
+        )
+        in_flight = await self._op("pull", lambda: self._pull_in_flight(replicas))
+        oldest = to_ms(max(since, now - self._keep.prefix_ttl_s))
+        prefix = {backend: await self._pull_blocks(backend, oldest) for backend in backends}
+        return SharedPull(in_flight=in_flight, prefix=prefix, signals=signals, ejections=ejections)
 
-    async def _pull(self, since: float, now: float) -> SharedPull:
+    async def _pull_head(
+        self, now: float
+    ) -> tuple[list[str], list[str], dict[str, SignalRecord], dict[str, Ejection]]:
         keys, keep = self._keys, self._keep
         head = self._client.pipeline(transaction=False)
         head.zrangebyscore(keys.replicas(), to_ms(now - keep.in_flight_ttl_s), "+inf")
         head.zrangebyscore(keys.backends(), to_ms(now - keep.prefix_ttl_s), "+inf")
         head.hgetall(keys.signals())
         head.hgetall(keys.ejections())
-        replicas_raw, backends_raw, signals_raw, ejections_raw = await head.execute()
-        replicas = [r.decode() for r in replicas_raw]
-        backends = [b.decode() for b in backends_raw]
+        replicas, backends, signals, ejections = await head.execute()
+        return (
+            [r.decode() for r in replicas],
+            [b.decode() for b in backends],
+            _live(signals, decode_signal, now, keep.signal_ttl_s),
+            _live(ejections, decode_ejection, now, keep.ejection_ttl_s),
+        )
+
+    async def _pull_in_flight(self, replicas: list[str]) -> dict[str, dict[str, int]]:
+        if not replicas:
+            return {}
         body = self._client.pipeline(transaction=False)
         for replica in replicas:
-            body.hgetall(keys.in_flight(replica))
-        oldest = to_ms(max(since, now - keep.prefix_ttl_s))
-        for backend in backends:
-            body.zrangebyscore(keys.prefix_index(backend), oldest, "+inf", withscores=True)
-        results = await body.execute() if replicas or backends else []
-        in_flight = {
+            body.hgetall(self._keys.in_flight(replica))
+        results = await body.execute()
+        return {
             replica: {b.decode(): int(n) for b, n in counts.items()}
-            for replica, counts in zip(replicas, results[: len(replicas)], strict=True)
+            for replica, counts in zip(replicas, results, strict=True)
             if counts
         }
-        prefix = {
-            backend: {decode_block(raw): score / 1000 for raw, score in members}
-            for backend, members in zip(backends, results[len(replicas) :], strict=True)
-        }
-        return SharedPull(
-            in_flight=in_flight,
-            prefix=prefix,
-            signals=_live(signals_raw, decode_signal, now, keep.signal_ttl_s),
-            ejections=_live(ejections_raw, decode_ejection, now, keep.ejection_ttl_s),
-        )
+
+    async def _pull_blocks(self, backend: str, oldest_ms: int) -> dict[int, float]:
+        # Offsets can shift while a writer trims the old end; a block missed here is seen
+        # again by the next refresh if it is still in use. The index is approximate anyway.
+        key, offset = self._keys.prefix_index(backend), 0
+        blocks: dict[int, float] = {}
+
+        async def read_page() -> list[tuple[bytes, float]]:
+            page = await self._client.zrangebyscore(
+                key, oldest_ms, "+inf", start=offset, num=_PULL_PAGE, withscores=True
+            )
+            return cast(list[tuple[bytes, float]], page)
+
+        while True:
+            page = await self._op("pull", read_page)
+            blocks.update((decode_block(raw), score / 1000) for raw, score in page)
+            if len(page) < _PULL_PAGE:
+                return blocks
+            offset += _PULL_PAGE
+            await asyncio.sleep(0)  # let requests run between pages
 
     async def events(self) -> AsyncIterator[WriteBatch | None]:
         if isinstance(self._client, RedisCluster):
@@ -175,7 +204,7 @@ class RedisStore:
         except Exception as exc:  # see _CLIENT_FAILURES
             raise unavailable(f"events: {type(exc).__name__}: {exc}") from exc
         finally:
-            await _close_quietly(pubsub)
+            await _close_quietly(pubsub, self._timeout_s)
 
     async def forget_replica(self, replica: str) -> None:
         async def forget() -> None:
@@ -222,7 +251,7 @@ class RedisStore:
         )
 
     async def close(self) -> None:
-        await _close_quietly(self._client)
+        await _close_quietly(self._client, self._timeout_s)
 
 
 def _live(
@@ -239,7 +268,9 @@ def _live(
     return out
 
 
-async def _close_quietly(closable: Any) -> None:
-    # Closing a connection to a dead server has nothing left to tell us.
-    with contextlib.suppress(RedisError, OSError, RuntimeError):
-        await closable.aclose()
+async def _close_quietly(closable: Any, timeout_s: float) -> None:
+    # Closing a connection to a dead or paused server has nothing left to tell us, and must
+    # not hang a shutdown.
+    with contextlib.suppress(RedisError, OSError, RuntimeError, TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await closable.aclose()

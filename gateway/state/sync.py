@@ -206,7 +206,10 @@ class SharedStateSync:
         margin = max(2 * self._config.intervals.refresh_s, 1.0)  # writers' clocks and lag
         since = 0.0 if self._need_full_pull else self._last_pull_wall - margin
         pull = await self._call("pull", lambda: self._store.pull(since, now))
-        self._view.apply_pull(pull, self._wall())
+        self._view.apply_pull(pull, self._wall(), with_prefix=False)
+        for backend, blocks in pull.prefix.items():
+            self._view.merge_prefix(backend, blocks)
+            await asyncio.sleep(0)  # a full pull is large: let requests run in between
         self._last_pull_wall = now
         self._need_full_pull = False
 

@@ -107,11 +107,16 @@ class SharedView:
             self._remote_expiry[batch.replica] = now + self._keep.in_flight_ttl_s
         self._merge_records(batch.prefix, batch.signals, batch.ejections)
 
-    def apply_pull(self, pull: SharedPull, now: float) -> None:
+    def apply_pull(self, pull: SharedPull, now: float, with_prefix: bool = True) -> None:
+        """Take in a refresh. ``with_prefix=False`` leaves the (possibly large) prefix part to
+        ``merge_prefix`` calls the caller spreads over several event-loop turns."""
         others = {r: dict(c) for r, c in pull.in_flight.items() if r != self.replica}
         self._remote_in_flight = others
         self._remote_expiry = {r: now + self._keep.in_flight_ttl_s for r in others}
-        self._merge_records(pull.prefix, pull.signals, pull.ejections)
+        self._merge_records(pull.prefix if with_prefix else {}, pull.signals, pull.ejections)
+
+    def merge_prefix(self, backend: str, blocks: Mapping[int, float]) -> None:
+        merge_newer(self._prefix.setdefault(backend, {}), blocks)
 
     def _merge_records(
         self,

@@ -108,7 +108,8 @@ async def test_request_path_stays_fast_while_redis_is_paused(redis_server: Redis
     try:
         await eventually(lambda: not sync.health().degraded, 3.0)
         redis_server.pause()
-        worst_call, worst_gap = 0.0, 0.0
+        calls: list[float] = []
+        worst_gap = 0.0
         hashes = list(range(64))
         paused_at = time.perf_counter()
         last_tick = paused_at
@@ -121,16 +122,24 @@ async def test_request_path_stays_fast_while_redis_is_paused(redis_server: Redis
             sync.is_leader(LEASE)
             sync.note_in_flight("a1", -1)
             done = time.perf_counter()
-            worst_call = max(worst_call, done - started_call)
+            calls.append(done - started_call)
             worst_gap = max(worst_gap, started_call - last_tick)
             last_tick = done
             await asyncio.sleep(0.001)
         health = sync.health()
         redis_server.resume()
-        # Synchronous calls never wait on Redis; the op timeout is 0.2 s.
-        assert worst_call < 0.005, f"slowest request-path call {worst_call * 1000:.2f} ms"
-        # Nor do the background tasks block the event loop while Redis hangs.
-        assert worst_gap < 0.1, f"event loop stalled {worst_gap * 1000:.1f} ms"
+        calls.sort()
+        p99, worst = calls[int(len(calls) * 0.99)], calls[-1]
+        print(
+            f"paused Redis: {len(calls)} request-path rounds, p99 {p99 * 1e3:.3f} ms, "
+            f"max {worst * 1e3:.3f} ms, max loop gap {worst_gap * 1e3:.1f} ms"
+        )
+        # Synchronous calls never wait on Redis (op timeout 200 ms). The bounds leave room for
+        # preemption on a shared 2-core machine; typical values are ~0.05 ms and < 1 ms.
+        assert p99 < 0.002, f"request-path p99 {p99 * 1e3:.2f} ms"
+        assert worst < 0.02, f"slowest request-path round {worst * 1e3:.2f} ms"
+        # Nor do background tasks block the loop for anything like a Redis timeout.
+        assert worst_gap < 0.15, f"event loop stalled {worst_gap * 1e3:.1f} ms"
         assert health.degraded and health.breaker is not BreakerState.CLOSED
         await eventually(lambda: not sync.health().degraded, 3.0)
     finally:
