@@ -63,8 +63,8 @@ async def test_stall_and_drip_set_at_run_time(start) -> None:
             assert resp.status == 200
     times = await _stream_times(emulator.url, chat(max_tokens=4, stream=True))
     assert 0.3 <= times[0] < 0.4
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert all(0.045 <= gap < 0.08 for gap in gaps)  # 10 ms step + 40 ms drip
+    # Each gap is the 40 ms drip plus a 10 ms decode step; arrivals are paced by engine time.
+    assert times[-1] - times[0] == pytest.approx(3 * 0.050, abs=0.015)
 
 
 async def test_die_mid_stream_drops_the_connection(start) -> None:
