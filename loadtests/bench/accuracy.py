@@ -235,7 +235,7 @@ def format_table(levels: list[LevelResult], settings: Settings) -> str:
     head = (
         f"{'conc':>5}{'reqs':>6}{'err':>4} | {'TTFT p50':>9}{'p99':>8}{'mean':>8}{'emu mean':>9}"
         f"{'err%':>7} | {'ITL p50':>8}{'p99':>8}{'err50%':>8}{'err99%':>8}{'emu mean':>9} |"
-        f"{'loop lag':>9}{'cpu bench':>10}{'emu':>5}{'other':>6}  ok"
+        f"{'loop lag':>9}{'cpu bench':>10}{'emu':>5}{'other':>6} typical tail"
     )
     lines = [
         f"configured: ITL {settings.itl_ms:g} ms (every gap), TTFT overhead "

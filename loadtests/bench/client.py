@@ -84,15 +84,17 @@ class _Stream:
             return
         if payload.get("usage"):
             self.usage = payload["usage"]
-        for choice in payload.get("choices") or ():
-            delta = choice.get("delta")
-            content = delta.get("content") if delta is not None else choice.get("text")
-            if content:
-                self.token_times.append(now)
-                if self.text is not None:
-                    self.text.append(content)
-                break
-        if any(choice.get("finish_reason") for choice in payload.get("choices") or ()):
+        choices = payload.get("choices")
+        if not choices:
+            return
+        choice = choices[0]  # the bench asks for one completion (n=1)
+        delta = choice.get("delta")
+        content = delta.get("content") if delta is not None else choice.get("text")
+        if content:
+            self.token_times.append(now)
+            if self.text is not None:
+                self.text.append(content)
+        if choice.get("finish_reason"):
             self.done = True
 
     def fail(self, kind: ErrorKind, detail: str) -> None:

@@ -43,6 +43,9 @@ class SseParser:
             return []
         if self._skip_lf and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # second half of a CRLF whose CR ended the previous chunk
+        if not self._pending and not self._data and chunk.endswith(b"\n\n") and b"\r" not in chunk:
+            self._skip_lf = False
+            return self._whole_events(chunk)
         buffer = self._pending + chunk
         self._skip_lf = buffer.endswith(b"\r")
         if b"\r" in buffer:
@@ -53,6 +56,20 @@ class SseParser:
             item = self._line(line.decode("utf-8", errors="replace"))
             if item is not None:
                 items.append(item)
+        return items
+
+    def _whole_events(self, chunk: bytes) -> list[SseItem]:
+        """Fast path for the usual read: whole events, nothing pending (one event a token, so
+        this runs thousands of times a second at high concurrency)."""
+        items: list[SseItem] = []
+        for block in chunk[:-2].split(b"\n\n"):
+            if block.startswith(b"data: ") and b"\n" not in block:
+                items.append(SseEvent(block[6:].decode("utf-8", errors="replace")))
+                continue
+            for line in (*block.split(b"\n"), b""):
+                item = self._line(line.decode("utf-8", errors="replace"))
+                if item is not None:
+                    items.append(item)
         return items
 
     def close(self) -> list[SseItem]:

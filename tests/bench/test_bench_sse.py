@@ -37,6 +37,13 @@ def test_whole_stream_in_one_chunk():
     assert _feed_all([STREAM]) == EXPECTED
 
 
+def test_one_event_per_read_as_servers_write_them():
+    reads = [part + b"\n\n" for part in (STREAM + b"\n").split(b"\n\n") if part]
+    assert _feed_all(reads) == EXPECTED
+    assert _feed_all([STREAM + b"\n"]) == EXPECTED  # one read holding every event
+    assert _feed_all([b"data: a\n\n\n\n", b"data: b\n\n"]) == [SseEvent("a"), SseEvent("b")]
+
+
 def test_byte_by_byte():
     assert _feed_all([STREAM[i : i + 1] for i in range(len(STREAM))]) == EXPECTED
 
