@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("loadtests.emulator.cli", "start an emulated GPU fleet from a fleet YAML"),
     "bench": ("loadtests.bench.cli", "load-generate against an OpenAI-compatible endpoint"),
     "sim": ("loadtests.sim.cli", "run a fleet-scale routing simulation scenario"),
+    "state": ("gateway.commands.state", "inspect shared state stored in Redis"),
 }
 
 USAGE = "usage: meridian [--version] <command> [args...]\n\ncommands:\n" + "\n".join(
