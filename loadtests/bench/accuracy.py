@@ -1,53 +1,52 @@
-"""How much does the load generator itself add? Measure it against an emulator at known settings.
+"""How much does the load generator itself add? Measure it against servers of known timing.
 
     .venv/bin/python -m loadtests.bench.accuracy [--levels 1,100,300,1000] [--itl-ms 40]
-        [--overhead-ms 100] [--output-tokens 64] [--tolerance-pct 5] [--out DIR]
+        [--ttft-ms 100] [--output-tokens 64] [--servers pacer,emulator] [--out DIR]
 
-For each concurrency level a fresh ``meridian emulate`` process (a separate process, as in real
-use) serves one backend whose timing is fixed: decode steps of exactly ``--itl-ms`` whatever the
-batch (``decode_per_seq_ms=0``), negligible prefill, ``max_num_seqs`` large enough never to queue.
-So every inter-token gap the emulator schedules is exactly ``--itl-ms``. TTFT is the fixed
-overhead plus the wait for the engine's next step boundary (0 to 2 steps under load, none when
-idle), so its reference is the emulator's own TTFT, whose mean is exact (histogram sum / count
-from its ``/metrics``). Measured minus reference is what the client side (generator, loopback,
-and the emulator's own write lag when it runs out of CPU) adds; both processes' CPU use is shown
-so the saturating side can be told. The machine has 2 cores for both.
+For each server and concurrency level a fresh server process (separate, as in real use) streams
+``--output-tokens`` (+-25%) tokens per request, closed loop, users ramped in:
 
-Two verdicts per level, both against ``--tolerance-pct``: *typical* (no failed request, TTFT
-mean and ITL p50 within tolerance) and *tail* (ITL p99 within tolerance; a 40 ms gap allows 2 ms
-of jitter, which a busy shared machine exceeds even at one stream). For each, the report names
-the highest level reached before the first level that misses it.
+- ``pacer`` (``loadtests.bench.pacer``): first token exactly ``--ttft-ms`` after the request,
+  then exactly one every ``--itl-ms``, each on its own timer, a few microseconds of CPU per
+  token. What the generator reports beyond that is the generator's (and the machine's) error.
+- ``emulator`` (``meridian emulate``): decode steps of exactly ``--itl-ms`` whatever the batch
+  (``decode_per_seq_ms=0``), negligible prefill, never queueing; TTFT is ``--ttft-ms`` of
+  overhead plus the wait for the engine's next step boundary, so its reference is the
+  emulator's own mean TTFT (exact: histogram sum / count from ``/metrics``). Here the error
+  also holds the emulator's own write lag, which grows with the streams it serves.
+
+Both processes' CPU and the rest of the machine's are shown, so a saturated side can be told
+(the machine has 2 cores, shared). Two verdicts per level against ``--tolerance-pct``:
+*typical* (no failed request; TTFT mean and ITL p50 within tolerance) and *tail* (ITL p99 within
+tolerance: 2 ms of jitter on a 40 ms gap). For each, the report names the highest level reached
+before the first level that misses it.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import os
 import resource
 import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import aiohttp
 import orjson
 
 from loadtests.bench.cli import run_fast
+from loadtests.bench.reference_servers import MODEL, SERVER_KINDS, reference_means, server_process
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
 
-MODEL = "emulated-model"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
 class Settings:
     itl_ms: float
-    overhead_ms: float
+    ttft_ms: float  # the pacer's TTFT; the emulator's first-token overhead
     output_tokens: int
     prompt_tokens: int
     rounds: int  # requests per level = rounds x concurrency (at least min_requests)
@@ -58,6 +57,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class LevelResult:
+    server: str
     concurrency: int
     requests: int
     errors: int
@@ -75,7 +75,7 @@ class LevelResult:
     itl_p99_err_pct: float | None
     loop_lag_p99_ms: float | None  # the generator's own event-loop lag
     bench_cpu_pct: float
-    emulator_cpu_pct: float
+    server_cpu_pct: float
     other_cpu_pct: float  # everything else on the machine meanwhile (other work competes)
     typical_ok: bool  # no errors; TTFT mean and ITL p50 within tolerance
     tail_ok: bool  # ITL p99 within tolerance
@@ -85,56 +85,6 @@ def _err_pct(measured: float | None, reference: float | None) -> float | None:
     if measured is None or reference is None or reference == 0:
         return None
     return (measured - reference) / reference * 100.0
-
-
-@contextlib.asynccontextmanager
-async def emulator(settings: Settings) -> AsyncIterator[tuple[str, int]]:
-    """A ``meridian emulate`` subprocess with fixed timing; yields (url, pid)."""
-    engine = {
-        "max_num_seqs": 100_000,
-        "max_num_batched_tokens": 100_000_000,
-        "prefill_tokens_per_s": 1e12,
-        "decode_base_ms": settings.itl_ms,
-        "decode_per_seq_ms": 0,
-        "first_token_overhead_ms": settings.overhead_ms,
-        "kv_cache_blocks": 1_000_000,
-    }
-    argv = [sys.executable, "-m", "gateway.cli", "emulate", "--backend", "acc", "--model", MODEL]
-    for key, value in engine.items():
-        argv += ["--engine", f"{key}={value}"]
-    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
-    assert process.stdout is not None
-    try:
-        url = ""
-        while True:
-            line = await asyncio.wait_for(process.stdout.readline(), timeout=30)
-            if not line:
-                raise RuntimeError("meridian emulate exited before it was ready")
-            message = orjson.loads(line)
-            url = message.get("url", url)
-            if message.get("ready"):
-                break
-        yield url, process.pid
-    finally:
-        process.terminate()
-        await process.wait()
-
-
-async def server_means(url: str) -> tuple[float | None, float | None]:
-    """Mean TTFT and ITL in ms as the emulator recorded them (exact: sum / count)."""
-    async with aiohttp.ClientSession() as http, http.get(url + "/metrics") as response:
-        text = await response.text()
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("vllm:") and ("_sum{" in line or "_count{" in line):
-            name = line.split("{", 1)[0]
-            totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-
-    def mean(metric: str) -> float | None:
-        count = totals.get(f"{metric}_count", 0.0)
-        return totals[f"{metric}_sum"] / count * 1000.0 if count else None
-
-    return mean("vllm:time_to_first_token_seconds"), mean("vllm:inter_token_latency_seconds")
 
 
 def process_cpu_s(pid: int) -> float:
@@ -179,14 +129,16 @@ def _workload(concurrency: int, settings: Settings) -> dict[str, object]:
     }
 
 
-async def measure_level(concurrency: int, settings: Settings) -> LevelResult:
+async def measure_level(kind: str, concurrency: int, settings: Settings) -> LevelResult:
     workload = parse_workload(_workload(concurrency, settings))
-    async with emulator(settings) as (url, pid):
+    async with server_process(kind, settings.itl_ms, settings.ttft_ms) as (url, pid):
         before = (own_cpu_s(), process_cpu_s(pid), machine_busy_s(), time.perf_counter())
         result = await run_bench(url, workload, BenchOptions(max_connections=concurrency))
         after = (own_cpu_s(), process_cpu_s(pid), machine_busy_s(), time.perf_counter())
         bench_cpu, emu_cpu, busy, wall = (b - a for a, b in zip(before, after, strict=True))
-        server_ttft, server_itl = await server_means(url)
+        server_ttft, server_itl = await reference_means(
+            kind, url, settings.itl_ms, settings.ttft_ms
+        )
     report = summarize(result)
     ttft_err = _err_pct(report.ttft_ms.mean, server_ttft)
     p50_err = _err_pct(report.itl_ms.p50, settings.itl_ms)
@@ -197,6 +149,7 @@ async def measure_level(concurrency: int, settings: Settings) -> LevelResult:
         e is not None and abs(e) <= tolerance for e in typical
     )
     return LevelResult(
+        server=kind,
         concurrency=concurrency,
         requests=report.requests,
         errors=report.requests - report.ok,
@@ -214,7 +167,7 @@ async def measure_level(concurrency: int, settings: Settings) -> LevelResult:
         itl_p99_err_pct=p99_err,
         loop_lag_p99_ms=report.loop_lag_ms.p99,
         bench_cpu_pct=bench_cpu / wall * 100.0,
-        emulator_cpu_pct=emu_cpu / wall * 100.0,
+        server_cpu_pct=emu_cpu / wall * 100.0,
         other_cpu_pct=max(0.0, busy - bench_cpu - emu_cpu) / wall * 100.0,
         typical_ok=typical_ok,
         tail_ok=p99_err is not None and abs(p99_err) <= tolerance,
@@ -233,26 +186,28 @@ def _verdict(ok: bool) -> str:
 
 def format_table(levels: list[LevelResult], settings: Settings) -> str:
     head = (
-        f"{'conc':>5}{'reqs':>6}{'err':>4} | {'TTFT p50':>9}{'p99':>8}{'mean':>8}{'emu mean':>9}"
-        f"{'err%':>7} | {'ITL p50':>8}{'p99':>8}{'err50%':>8}{'err99%':>8}{'emu mean':>9} |"
-        f"{'loop lag':>9}{'cpu bench':>10}{'emu':>5}{'other':>6} typical tail"
+        f"{'server':<9}{'conc':>5}{'reqs':>6}{'err':>4} | "
+        f"{'TTFT p50':>9}{'p99':>8}{'mean':>8}{'ref mean':>9}"
+        f"{'err%':>7} | {'ITL p50':>8}{'p99':>8}{'err50%':>8}{'err99%':>8}{'ref mean':>9} |"
+        f"{'loop lag':>9}{'cpu bench':>10}{'srv':>5}{'other':>6} typical tail"
     )
     lines = [
-        f"configured: ITL {settings.itl_ms:g} ms (every gap), TTFT overhead "
-        f"{settings.overhead_ms:g} ms + 0..2 engine steps, {settings.output_tokens} output "
-        f"tokens +-25%, tolerance {settings.tolerance_pct:g}%.",
+        f"configured: ITL {settings.itl_ms:g} ms (every gap); TTFT {settings.ttft_ms:g} ms (pacer), "
+        f"{settings.ttft_ms:g} ms + 0..2 engine steps (emulator); {settings.output_tokens} output "
+        f"tokens +-25%; tolerance {settings.tolerance_pct:g}%.",
         "Times in ms; loop lag = p99 lateness of the generator's 10 ms timer; CPU in % of one "
         "core (2 cores: 200%), 'other' = the rest of the machine meanwhile.",
         head,
     ]
     for r in levels:
         lines.append(
-            f"{r.concurrency:>5}{r.requests:>6}{r.errors:>4} | {_cell(r.ttft_p50_ms, 9)}"
+            f"{r.server:<9}{r.concurrency:>5}{r.requests:>6}{r.errors:>4} | "
+            f"{_cell(r.ttft_p50_ms, 9)}"
             f"{_cell(r.ttft_p99_ms, 8)}{_cell(r.ttft_mean_ms, 8)}{_cell(r.server_ttft_mean_ms, 9)}"
             f"{_cell(r.ttft_mean_err_pct, 7, sign=True)} | {_cell(r.itl_p50_ms, 8, 2)}"
             f"{_cell(r.itl_p99_ms, 8, 2)}{_cell(r.itl_p50_err_pct, 8, sign=True)}"
             f"{_cell(r.itl_p99_err_pct, 8, sign=True)}{_cell(r.server_itl_mean_ms, 9, 2)} |"
-            f"{_cell(r.loop_lag_p99_ms, 9)}{r.bench_cpu_pct:>10.0f}{r.emulator_cpu_pct:>5.0f}"
+            f"{_cell(r.loop_lag_p99_ms, 9)}{r.bench_cpu_pct:>10.0f}{r.server_cpu_pct:>5.0f}"
             f"{r.other_cpu_pct:>6.0f}{_verdict(r.typical_ok):>8}{_verdict(r.tail_ok):>5}"
         )
     return "\n".join(lines)
@@ -274,7 +229,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--levels", default="1,100,300,1000", help="concurrency levels")
     parser.add_argument("--itl-ms", type=float, default=40.0)
-    parser.add_argument("--overhead-ms", type=float, default=100.0)
+    parser.add_argument("--ttft-ms", type=float, default=100.0)
+    parser.add_argument("--servers", default=",".join(SERVER_KINDS), help="pacer,emulator")
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3, help="requests per stream per level")
@@ -285,11 +241,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run_levels(levels: list[int], settings: Settings) -> list[LevelResult]:
+async def _run_levels(
+    servers: list[str], levels: list[int], settings: Settings
+) -> list[LevelResult]:
     results = []
-    for concurrency in levels:
-        print(f"measuring concurrency {concurrency} ...", file=sys.stderr, flush=True)
-        results.append(await measure_level(concurrency, settings))
+    for kind in servers:
+        for concurrency in levels:
+            print(f"measuring {kind} at {concurrency} streams", file=sys.stderr, flush=True)
+            results.append(await measure_level(kind, concurrency, settings))
     return results
 
 
@@ -297,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = Settings(
         itl_ms=args.itl_ms,
-        overhead_ms=args.overhead_ms,
+        ttft_ms=args.ttft_ms,
         output_tokens=args.output_tokens,
         prompt_tokens=args.prompt_tokens,
         rounds=args.rounds,
@@ -305,20 +264,27 @@ def main(argv: list[str] | None = None) -> int:
         tolerance_pct=args.tolerance_pct,
         ramp_per_s=args.ramp_per_s,
     )
+    servers = [kind for kind in args.servers.split(",") if kind]
+    unknown = set(servers) - set(SERVER_KINDS)
+    if unknown:
+        print(f"unknown --servers {sorted(unknown)}; choose from {SERVER_KINDS}", file=sys.stderr)
+        return 2
     levels = [int(level) for level in args.levels.split(",")]
-    results = run_fast(_run_levels(levels, settings))
+    results = run_fast(_run_levels(servers, levels, settings))
     print(format_table(results, settings))
-    typical, tail = accurate_limit(results, "typical_ok"), accurate_limit(results, "tail_ok")
-    print(
-        f"within {settings.tolerance_pct:g}% up to concurrency: typical (TTFT mean, ITL p50) "
-        f"{typical}; tail (ITL p99) {tail}"
-    )
+    limits: dict[str, dict[str, int | None]] = {}
+    for kind in servers:
+        mine = [r for r in results if r.server == kind]
+        limits[kind] = {v: accurate_limit(mine, v) for v in ("typical_ok", "tail_ok")}
+        print(
+            f"{kind}: within {settings.tolerance_pct:g}% up to concurrency: typical (TTFT mean, "
+            f"ITL p50) {limits[kind]['typical_ok']}; tail (ITL p99) {limits[kind]['tail_ok']}"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     document = {
         "settings": asdict(settings),
         "levels": [asdict(r) for r in results],
-        "typical_accurate_up_to": typical,
-        "tail_accurate_up_to": tail,
+        "accurate_up_to": limits,
     }
     path = args.out / "accuracy.json"
     path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))

@@ -152,7 +152,8 @@ async def stream_completion(
 async def _read_stream(response: aiohttp.ClientResponse, stream: _Stream) -> None:
     parser = stream.parser
     clock = time.perf_counter
-    async for chunk in response.content.iter_any():
+    read = response.content.readany  # cheaper than the async iterator at 25k chunks/s
+    while chunk := await read():
         arrived = clock()  # before parsing: the gap measured is the network's, not ours
         stream.consume(parser.feed(chunk), arrived)
     stream.consume(parser.close(), clock())

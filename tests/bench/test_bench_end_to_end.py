@@ -9,6 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from loadtests.bench import run_bench, summarize
+from loadtests.bench.workload import parse_workload
+
 ENGINE = {
     "decode_base_ms": 5,
     "decode_per_seq_ms": 0,
@@ -102,3 +105,34 @@ def test_bad_workload_is_reported_with_exit_status_2(tmp_path: Path):
     )
     assert done.returncode == 2
     assert "bad.yaml" in done.stderr and "needs 'rate'" in done.stderr
+
+
+@pytest.fixture
+def pacer_url() -> Iterator[str]:
+    argv = [sys.executable, "-m", "loadtests.bench.pacer", "--ttft-ms", "50", "--itl-ms", "10"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        url = orjson.loads(process.stdout.readline())["url"]
+        assert orjson.loads(process.stdout.readline()) == {"ready": True}
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def test_pacer_timing_is_what_the_bench_measures(pacer_url):
+    workload = parse_workload(
+        {
+            "arrival": {"mode": "closed", "concurrency": 8},
+            "limits": {"requests": 16},
+            "mix": [{"kind": "chat", "user_tokens": 8, "max_tokens": [1, 12]}],
+        }
+    )
+    result = await run_bench(pacer_url, workload)
+    report = summarize(result)
+    assert report.ok == 16 and report.usage_reported_fraction == 1.0
+    assert all(r.completion_tokens == r.max_tokens == len(r.token_times_s) for r in result.records)
+    assert 50 <= (report.ttft_ms.p50 or 0) < 50 * 1.2
+    assert 10 * 0.8 < (report.itl_ms.p50 or 0) < 10 * 1.2
+    assert set(report.by_backend) == {"pacer"}
