@@ -129,3 +129,42 @@ def test_backend_is_parsed_from_several_route_header_shapes():
     assert backend_from_route("a3") == "a3"
     assert backend_from_route("region=us-east") is None
     assert backend_from_route(None) is None
+
+
+def test_accuracy_limit_is_the_last_level_before_the_first_miss():
+    from loadtests.bench.accuracy import LevelResult, accurate_limit
+
+    def level(concurrency: int, ok: bool) -> LevelResult:
+        unmeasured = dict.fromkeys(
+            [
+                "ttft_p50_ms",
+                "ttft_p99_ms",
+                "ttft_mean_ms",
+                "server_ttft_mean_ms",
+                "itl_p50_ms",
+                "itl_p99_ms",
+                "itl_mean_ms",
+                "server_itl_mean_ms",
+                "ttft_mean_err_pct",
+                "itl_p50_err_pct",
+                "itl_p99_err_pct",
+                "loop_lag_p99_ms",
+            ]
+        )
+        return LevelResult(
+            server="pacer",
+            concurrency=concurrency,
+            requests=1,
+            errors=0,
+            duration_s=1.0,
+            bench_cpu_pct=0.0,
+            server_cpu_pct=0.0,
+            other_cpu_pct=0.0,
+            typical_ok=ok,
+            tail_ok=ok,
+            **unmeasured,
+        )
+
+    levels = [level(1, True), level(100, True), level(300, False), level(1000, True)]
+    assert accurate_limit(levels, "typical_ok") == 100
+    assert accurate_limit(levels[2:], "tail_ok") is None
