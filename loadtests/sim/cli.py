@@ -1,0 +1,102 @@
+"""``meridian sim SCENARIO.yaml [--policies a,b] [--out DIR] [--requests N]``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from loadtests.sim.loop import simulate
+from loadtests.sim.plots import load_bars, ttft_cdf
+from loadtests.sim.report import comparison_lines, table, write_json
+from loadtests.sim.results import PolicyRun
+from loadtests.sim.scenario import ScenarioError, load_scenario
+from loadtests.sim.summary import Summary, compare, summarize
+from loadtests.sim.trace import build_trace
+from routing.policies import POLICIES, SIMULATION_ONLY
+
+DEFAULT_POLICIES = ("predicted_ttft", *sorted(set(POLICIES) - {"predicted_ttft"}), *SIMULATION_ONLY)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="meridian sim", description="replay one seeded trace per routing policy"
+    )
+    parser.add_argument("scenario", type=Path, help="scenario YAML (loadtests/scenarios/)")
+    parser.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="directory for JSON and PNGs")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="trace length (default: the scenario's duration)"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return parser
+
+
+def _policies(raw: str) -> list[str] | str:
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    known = set(POLICIES) | set(SIMULATION_ONLY)
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        return f"--policies: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}"
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(list(argv) if argv is not None else None)
+    policies = _policies(args.policies)
+    if isinstance(policies, str):
+        print(policies, file=sys.stderr)
+        return 2
+    if args.requests is not None and args.requests < 1:
+        print("--requests: must be >= 1", file=sys.stderr)
+        return 2
+    scenario = load_scenario(args.scenario)
+    if isinstance(scenario, ScenarioError):
+        print(scenario.message, file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    trace = build_trace(scenario, args.requests)
+    trace_s = time.perf_counter() - started
+    backends = sum(group.count for group in scenario.backends)
+    print(
+        f"scenario {scenario.name}: {len(trace.requests)} requests over {trace.span_s:.0f} s, "
+        f"{backends} backends, {len(trace.gateways)} gateways "
+        f"(trace built in {trace_s:.1f} s)",
+        flush=True,
+    )
+    runs: list[PolicyRun] = []
+    summaries: list[Summary] = []
+    for policy in policies:
+        started = time.perf_counter()
+        run = simulate(scenario, trace, policy)
+        run = dataclasses.replace(run, wall_s=time.perf_counter() - started)
+        runs.append(run)
+        summaries.append(summarize(run, trace))
+        print(f"  {policy}: {run.wall_s:.1f} s", flush=True)
+    comparison = compare(summaries)
+    print()
+    print(table(summaries))
+    print()
+    print(comparison_lines(comparison))
+    out = args.out or Path("loadtests/results") / f"sim-{scenario.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, object] = {
+        "requests": len(trace.requests),
+        "backends": backends,
+        "gateways": len(trace.gateways),
+        "span_s": trace.span_s,
+        "trace_build_s": trace_s,
+        "seed": scenario.seed,
+        "background_requests": len(trace.background),
+    }
+    write_json(out / "results.json", scenario.name, meta, summaries, comparison)
+    if not args.no_plots:
+        ttft_cdf(runs, out / "ttft_cdf.png", scenario.name)
+        load_bars(summaries, out / "backend_load.png", scenario.name)
+    print(f"\nwrote {out}/results.json" + ("" if args.no_plots else " and PNG plots"))
+    return 0

@@ -1,0 +1,216 @@
+"""The discrete-event loop: one policy, one trace, virtual time, no sleeping.
+
+A heap holds the next time of everything that can happen: the next client arrival, a request
+reaching its engine, each engine's next step boundary (``Engine.next_event_time``), a response
+getting back to its gateway, signal ticks and timed events. Engines are advanced only at their
+own event times, so at any popped time every engine's state is current.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadtests.emulator.engine import EventKind, SequenceRequest
+from loadtests.sim.fleet import SimBackend, build_fleet
+from loadtests.sim.oracle import EngineTruth
+from loadtests.sim.results import PolicyRun, ResultColumns
+from loadtests.sim.scenario import Scenario, Slowdown
+from loadtests.sim.signals import SignalModel
+from loadtests.sim.trace import Trace, TraceRequest
+from routing.policies import build_router
+from routing.types import Observation, RequestProfile, Router
+
+ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE = range(8)
+
+
+@dataclass(slots=True)
+class _Open:
+    """A routed request between its decision and the response's last byte at the gateway."""
+
+    request: TraceRequest
+    backend: int
+    one_way_s: float
+    hashes: tuple[int, ...]
+    predicted_ms: float | None
+    terms_ms: dict[str, float]
+    first_at: float = math.nan
+    cached: int = 0
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, trace: Trace, policy: str) -> None:
+        self.scenario = scenario
+        self.trace = trace
+        self.policy = policy
+        self.backends = build_fleet(scenario)
+        self.by_name = {b.name: b for b in self.backends}
+        self.signals = SignalModel(scenario, self.backends, trace.gateways)
+        self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
+        self.results = ResultColumns(len(trace.requests), len(self.backends))
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._order = 0
+        self._wake_at = [math.inf] * len(self.backends)
+        self._open: dict[int, _Open] = {}
+        self._by_region = {r: [b for b in self.backends if b.region == r] for r in scenario.regions}
+        self._handlers: dict[int, Callable[[float, int], None]] = {
+            ARRIVAL: self._arrival, SUBMIT: self._submit, WAKE: self._wake,
+            RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
+            SLOW: self._slow, RESTORE: self._restore,
+        }  # fmt: skip
+
+    def _router(self, index: int, region: str) -> Router:
+        # The simulator never falls back to a second candidate, so one is all it needs.
+        params = {"max_ranked": 1, **self.scenario.policy_params.get(self.policy, {})}
+        truth = EngineTruth(self.scenario, region, self.by_name)
+        seed = self.scenario.seed * 7919 + index
+        return build_router(self.policy, params, seed, oracle_truth=truth)
+
+    def _push(self, at: float, kind: int, ref: int) -> None:
+        self._order += 1
+        heapq.heappush(self._heap, (at, self._order, kind, ref))
+
+    def run(self) -> PolicyRun:
+        requests, background = self.trace.requests, self.trace.background
+        if requests:
+            self._push(requests[0].at, ARRIVAL, 0)
+        if background:
+            self._push(background[0].at, BACKGROUND, 0)
+        self._push(0.0, TICK, 0)
+        for i, event in enumerate(self.scenario.events):
+            if isinstance(event, Slowdown):
+                self._push(event.start_s, SLOW, i)
+                self._push(event.end_s, RESTORE, i)
+        heap, handlers = self._heap, self._handlers
+        while heap:
+            at, _, kind, ref = heapq.heappop(heap)
+            handlers[kind](at, ref)
+        return PolicyRun(self.policy, self.results, self.backends)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _arrival(self, now: float, i: int) -> None:
+        requests = self.trace.requests
+        if i + 1 < len(requests):
+            self._push(requests[i + 1].at, ARRIVAL, i + 1)
+        request = requests[i]
+        gateway = self.signals.gateways[request.gateway]
+        hashes = request.hashes
+        profile = RequestProfile(
+            model=self.scenario.model, tenant=request.tenant, origin=request.origin,
+            prompt_tokens=request.prompt_tokens, prefix_hashes=hashes,
+            max_tokens=request.max_tokens, latency_class=request.latency_class,
+        )  # fmt: skip
+        decision = self.routers[request.gateway].decide(profile, gateway.snapshot, now)
+        chosen = decision.chosen
+        if chosen is None:
+            self.results.rejected(i)
+            return
+        backend = self.by_name[chosen.backend]
+        one_way = self.scenario.rtt(gateway.region, backend.region) / 2000.0
+        self._open[i] = _Open(
+            request, backend.index, one_way, hashes, chosen.predicted_ttft_ms,
+            dict(chosen.terms_ms),
+        )  # fmt: skip
+        predicted = chosen.predicted_ttft_ms
+        if predicted is None and self.policy == "oracle" and not request.long_form:
+            predicted = chosen.score  # the oracle's truth: reported to show its own accuracy
+        self.results.routed(i, backend.index, predicted, chosen.predicted_ttft_p90_ms)
+        gateway.sent(backend.index, now)
+        self._push(now + one_way, SUBMIT, i)
+
+    def _submit(self, now: float, i: int) -> None:
+        state = self._open[i]
+        request = state.request
+        backend = self.backends[state.backend]
+        backend.engine.submit(
+            SequenceRequest(i, request.prompt_tokens, request.max_tokens, state.hashes), now
+        )
+        self._touched(backend, now)
+
+    def _background(self, now: float, k: int) -> None:
+        background = self.trace.background
+        if k + 1 < len(background):
+            self._push(background[k + 1].at, BACKGROUND, k + 1)
+        load = background[k]
+        region = self._by_region[load.region]
+        if not region:
+            return
+        backend = region[load.slot % len(region)]
+        backend.engine.submit(SequenceRequest(-1 - k, load.prompt_tokens, load.max_tokens), now)
+        self._touched(backend, now)
+
+    def _touched(self, backend: SimBackend, now: float) -> None:
+        backend.version += 1
+        at = backend.engine.next_event_time()
+        if at is not None and at != self._wake_at[backend.index]:
+            at = max(at, now)
+            self._wake_at[backend.index] = at
+            self._push(at, WAKE, backend.index)
+
+    def _wake(self, now: float, b: int) -> None:
+        if self._wake_at[b] != now:
+            return  # superseded by a later reschedule
+        self._wake_at[b] = math.inf
+        backend = self.backends[b]
+        for event in backend.engine.advance(now):
+            if event.seq_id < 0:
+                continue
+            state = self._open[event.seq_id]
+            if event.kind is EventKind.FIRST_TOKEN:
+                state.first_at, state.cached = event.time, event.cached_tokens
+            elif event.kind is EventKind.FINISHED:
+                self.results.finished(event.seq_id, event.time, event.tokens)
+                self._push(event.time + state.one_way_s, RETURN, event.seq_id)
+        self._touched(backend, now)
+
+    def _return(self, now: float, i: int) -> None:
+        state = self._open.pop(i)
+        request = state.request
+        ttft_ms = 1000.0 * (state.first_at + state.one_way_s - request.at)
+        output = self.results.output_tokens[i]
+        gen_ms = 1000.0 * (self.results.finish_at[i] - state.first_at)
+        itl_ms = gen_ms / (output - 1) if output > 1 else None
+        self.results.returned(i, ttft_ms, 1000.0 * (now - request.at), state.cached)
+        self.signals.gateways[request.gateway].done(state.backend, now)
+        self.routers[request.gateway].observe(
+            Observation(
+                backend=self.backends[state.backend].name, at=now, ok=True,
+                prompt_tokens=request.prompt_tokens, cached_tokens=state.cached,
+                output_tokens=int(output), ttft_ms=ttft_ms, itl_ms=itl_ms,
+                predicted_ttft_ms=state.predicted_ms, prefix_hashes=state.hashes,
+                tenant=request.tenant, predicted_terms_ms=state.terms_ms,
+            )
+        )  # fmt: skip
+
+    # -- signals and timed events ---------------------------------------------------------------
+
+    def _tick(self, now: float, n: int) -> None:
+        """Signal ticks on the snapshot interval; scrapes and probes on multiples of it."""
+        signals = self.scenario.signals
+        step = signals.snapshot_interval_s
+        every_scrape = max(1, round(signals.scrape_interval_s / step))
+        every_probe = max(1, round(signals.probe_interval_s / step))
+        if n % every_probe == 0:
+            self.signals.probe(now)
+        if n % every_scrape == 0:
+            self.signals.scrape(now)
+        self.signals.rebuild(now)
+        if now < self.trace.span_s:
+            self._push((n + 1) * step, TICK, n + 1)
+
+    def _slow(self, now: float, i: int) -> None:
+        event = self.scenario.events[i]
+        assert isinstance(event, Slowdown)
+        for backend in self._by_region[event.region]:
+            backend.slow_down(event.factor)
+
+    def _restore(self, now: float, i: int) -> None:
+        for backend in self._by_region[self.scenario.events[i].region]:
+            backend.restore()
+
+
+def simulate(scenario: Scenario, trace: Trace, policy: str) -> PolicyRun:
+    return Simulation(scenario, trace, policy).run()

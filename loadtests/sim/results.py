@@ -1,0 +1,56 @@
+"""Per-request outcomes of one policy's run, as columns (cheap to fill, cheap to summarise)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from loadtests.sim.fleet import SimBackend
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+class ResultColumns:
+    def __init__(self, requests: int, backends: int) -> None:
+        nan = np.full(requests, np.nan)
+        self.backend: I64 = np.full(requests, -1, dtype=np.int64)  # -1: no backend
+        self.predicted_ms: F64 = nan.copy()
+        self.predicted_p90_ms: F64 = nan.copy()
+        self.ttft_ms: F64 = nan.copy()
+        self.e2e_ms: F64 = nan.copy()
+        self.finish_at: F64 = nan.copy()
+        self.output_tokens: I64 = np.zeros(requests, dtype=np.int64)
+        self.cached_tokens: I64 = np.zeros(requests, dtype=np.int64)
+        self.backends = backends
+        self.rejections = 0
+
+    def rejected(self, i: int) -> None:
+        self.rejections += 1
+
+    def routed(self, i: int, backend: int, predicted: float | None, p90: float | None) -> None:
+        self.backend[i] = backend
+        if predicted is not None:
+            self.predicted_ms[i] = predicted
+        if p90 is not None:
+            self.predicted_p90_ms[i] = p90
+
+    def finished(self, i: int, at: float, tokens: int) -> None:
+        self.finish_at[i] = at
+        self.output_tokens[i] = tokens
+
+    def returned(self, i: int, ttft_ms: float, e2e_ms: float, cached: int) -> None:
+        self.ttft_ms[i] = ttft_ms
+        self.e2e_ms[i] = e2e_ms
+        self.cached_tokens[i] = cached
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRun:
+    policy: str
+    results: ResultColumns
+    backends: Sequence[SimBackend]
+    wall_s: float = 0.0

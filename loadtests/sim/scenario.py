@@ -1,0 +1,274 @@
+"""Scenario files: regions and round trips, gateways, backends, client populations, workloads,
+timed events. Validated as a whole; an error names the file and the key path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from loadtests.emulator.config import EngineParams
+from routing.types import BackendKind, LatencyClass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Poisson(_Strict):
+    kind: Literal["poisson"] = "poisson"
+
+
+class Bursts(_Strict):
+    """Poisson whose rate is ``burst_factor`` x the base for ``burst_s`` out of every
+    ``period_s`` (and lowered in between, so the mean rate stays ``rate_rps``)."""
+
+    kind: Literal["bursts"] = "bursts"
+    period_s: float = Field(gt=0)
+    burst_s: float = Field(gt=0)
+    burst_factor: float = Field(default=5.0, ge=1)
+    phase_s: float = Field(default=0.0, ge=0, description="offset of the first burst")
+
+    @model_validator(mode="after")
+    def _fits(self) -> Bursts:
+        if self.burst_s >= self.period_s:
+            raise ValueError("burst_s must be shorter than period_s")
+        if self.burst_factor * self.burst_s > self.period_s:
+            raise ValueError("burst_factor x burst_s must not exceed period_s (mean rate kept)")
+        return self
+
+
+Arrival = Annotated[Poisson | Bursts, Field(discriminator="kind")]
+
+
+class ClientPopulation(_Strict):
+    region: str
+    rate_rps: float = Field(gt=0, description="mean request rate of this population")
+    arrival: Arrival = Poisson()
+    workloads: Sequence[str] | None = Field(default=None, description="None: every workload")
+
+
+class Range(_Strict):
+    """Uniform integer range [low, high]."""
+
+    low: int = Field(ge=0)
+    high: int = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_pair(cls, data: Any) -> Any:
+        if isinstance(data, int):
+            return {"low": data, "high": data}
+        if isinstance(data, list | tuple) and len(data) == 2:
+            return {"low": data[0], "high": data[1]}
+        return data
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) < low ({self.low})")
+        return self
+
+
+class Workload(_Strict):
+    """Chat requests: a tenant's shared system prompt, then a per-request question."""
+
+    weight: float = Field(default=1.0, gt=0)
+    tenants: int = Field(default=1, ge=1)
+    tenant_skew: float = Field(default=0.0, ge=0, description="Zipf exponent over tenants")
+    system_prompts: int = Field(default=1, ge=1, description="shared prompts per tenant")
+    prompt_skew: float = Field(default=0.0, ge=0, description="Zipf exponent over prompts")
+    prefix_tokens: Range = Range(low=1000, high=1000)
+    question_tokens: Range = Range(low=50, high=300)
+    output_tokens: Range = Range(low=50, high=300)
+    latency_class: LatencyClass = LatencyClass.INTERACTIVE
+
+
+class ExtraLoad(_Strict):
+    """Traffic that reaches the region's backends without passing through Meridian."""
+
+    kind: Literal["extra_load"] = "extra_load"
+    region: str
+    start_s: float = Field(ge=0)
+    end_s: float = Field(gt=0)
+    rate_rps: float = Field(gt=0)
+    prompt_tokens: Range = Range(low=2000, high=2000)
+    output_tokens: Range = Range(low=200, high=200)
+
+
+class Slowdown(_Strict):
+    """Every engine of the region runs ``factor`` x slower (noisy neighbour, throttling)."""
+
+    kind: Literal["slowdown"] = "slowdown"
+    region: str
+    start_s: float = Field(ge=0)
+    end_s: float = Field(gt=0)
+    factor: float = Field(gt=1)
+
+
+TimedEvent = Annotated[ExtraLoad | Slowdown, Field(discriminator="kind")]
+
+
+class Signals(_Strict):
+    scrape_interval_s: float = Field(default=1.0, gt=0, description="engine metrics refresh")
+    probe_interval_s: float = Field(default=5.0, gt=0, description="RTT probe refresh")
+    probe_jitter_ms: float = Field(default=1.0, ge=0, description="noise of one RTT probe")
+    snapshot_interval_s: float = Field(
+        default=1.0, gt=0, description="how often a gateway rebuilds its fleet snapshot"
+    )
+
+
+class BackendGroup(_Strict):
+    name: str = Field(min_length=1)
+    region: str
+    kind: BackendKind = BackendKind.DEDICATED
+    count: int = Field(default=1, ge=1)
+    engine: EngineParams = EngineParams.model_validate({})
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    duration_s: float = Field(default=120.0, gt=0, description="arrivals stop here")
+    model: str = "sim-model"
+    regions: Sequence[str] = Field(min_length=1)
+    rtt_ms: Mapping[str, Mapping[str, float]] = Field(default_factory=dict)
+    intra_region_rtt_ms: float = Field(default=2.0, ge=0)
+    gateways: Mapping[str, int] = Field(
+        default_factory=dict, description="gateways per region (default 1 where clients are)"
+    )
+    signals: Signals = Signals()
+    engine_defaults: Mapping[str, Any] = Field(default_factory=dict)
+    backends: Sequence[BackendGroup] = Field(min_length=1)
+    clients: Mapping[str, ClientPopulation] = Field(min_length=1)
+    workloads: Mapping[str, Workload] = Field(min_length=1)
+    events: Sequence[TimedEvent] = ()
+    policy_params: Mapping[str, Mapping[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _overlay_engine_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or not isinstance(data.get("backends"), list):
+            return data
+        base = data.get("engine_defaults") or {}
+        if not isinstance(base, Mapping):
+            return data
+        groups = [
+            {**entry, "engine": {**base, **(entry.get("engine") or {})}}
+            if isinstance(entry, Mapping)
+            else entry
+            for entry in data["backends"]
+        ]
+        return {**data, "backends": groups}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        known = set(self.regions)
+        for a, row in self.rtt_ms.items():
+            for b, value in row.items():
+                if a not in known or b not in known:
+                    raise ValueError(f"rtt_ms.{a}.{b}: unknown region (regions: {sorted(known)})")
+                if value < 0:
+                    raise ValueError(f"rtt_ms.{a}.{b}: must be >= 0, got {value}")
+        for a in known:
+            for b in known - {a}:
+                if self._lookup(a, b) is None:
+                    raise ValueError(f"rtt_ms: no round trip between {a} and {b}")
+        self._check_regions(known)
+        names = [group.name for group in self.backends]
+        if len(set(names)) != len(names):
+            raise ValueError("backends: group names must be unique")
+        for key, population in self.clients.items():
+            for workload in population.workloads or ():
+                if workload not in self.workloads:
+                    raise ValueError(f"clients.{key}.workloads: unknown workload {workload!r}")
+        for i, event in enumerate(self.events):
+            if event.end_s <= event.start_s:
+                raise ValueError(f"events[{i}].end_s: must be after start_s")
+        return self
+
+    def _check_regions(self, known: set[str]) -> None:
+        for i, group in enumerate(self.backends):
+            if group.region not in known:
+                raise ValueError(f"backends[{i}].region: unknown region {group.region!r}")
+        for key, population in self.clients.items():
+            if population.region not in known:
+                raise ValueError(f"clients.{key}.region: unknown region {population.region!r}")
+        for region, count in self.gateways.items():
+            if region not in known or count < 1:
+                raise ValueError(f"gateways.{region}: unknown region or count < 1")
+        for i, event in enumerate(self.events):
+            if event.region not in known:
+                raise ValueError(f"events[{i}].region: unknown region {event.region!r}")
+
+    def _lookup(self, a: str, b: str) -> float | None:
+        forward = self.rtt_ms.get(a, {}).get(b)
+        return forward if forward is not None else self.rtt_ms.get(b, {}).get(a)
+
+    def rtt(self, a: str, b: str) -> float:
+        """Round trip in ms between two regions (symmetric)."""
+        if a == b:
+            return self.intra_region_rtt_ms
+        value = self._lookup(a, b)
+        return 0.0 if value is None else value
+
+    def gateway_counts(self) -> dict[str, int]:
+        """Gateways per region: as configured, else one in every region with clients."""
+        counts = {population.region: 1 for population in self.clients.values()}
+        counts.update(self.gateways)
+        return counts
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioError:
+    kind: str  # "unreadable" | "invalid"
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _key_path(loc: tuple[int | str, ...], raw: Any) -> str:
+    parts: list[str] = []
+    node = raw
+    for item in loc:
+        if isinstance(item, int):
+            name = None
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], Mapping):
+                name = node[item].get("name")
+            parts.append(f"[{item}]" + (f" ({name})" if isinstance(name, str) else ""))
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            parts.append(f".{item}" if parts else str(item))
+            node = node.get(item) if isinstance(node, Mapping) else None
+    return "".join(parts) or "(top level)"
+
+
+def parse_scenario(raw: Any, source: str) -> Scenario | ScenarioError:
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            # Union members add their tag to the location; the operator wrote neither.
+            loc = tuple(
+                p for p in error["loc"] if p not in ("poisson", "bursts", "extra_load", "slowdown")
+            )
+            where = _key_path(loc, raw)
+            message = str(error["msg"]).removeprefix("Value error, ")
+            # Whole-file checks already name their key at the start of the message.
+            problems.append(f"{source}: {message}" if not loc else f"{source}: {where}: {message}")
+        return ScenarioError("invalid", "\n".join(problems))
+
+
+def load_scenario(path: str | Path) -> Scenario | ScenarioError:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        return ScenarioError("unreadable", f"{path}: cannot read scenario file: {exc}")
+    return parse_scenario(raw, str(path))

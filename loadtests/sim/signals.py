@@ -1,0 +1,99 @@
+"""What each gateway knows, with the staleness it would have in production.
+
+Engine metrics (running, waiting, KV use) are scraped on an interval; RTT probes run on a longer
+one with noise; in-flight counts and last-traffic times are the gateway's own, so immediate.
+Each gateway rebuilds its ``FleetSnapshot`` on the snapshot interval, as the gateway's signal
+hub does; between rebuilds the router's own in-flight ledger carries the new load.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from loadtests.emulator.engine import EngineCounters
+from loadtests.sim.fleet import SimBackend
+from loadtests.sim.scenario import Scenario
+from routing.types import BackendState, FleetSnapshot
+
+
+@dataclass(slots=True)
+class Scrape:
+    counters: EngineCounters
+    at: float
+
+
+@dataclass(slots=True)
+class GatewaySignals:
+    index: int
+    region: str
+    region_rtt_ms: dict[str, float]
+    in_flight: list[int]
+    last_traffic: list[float | None]
+    probe_rtt_ms: list[float | None]
+    probe_at: list[float | None]
+    snapshot: FleetSnapshot = field(default_factory=lambda: FleetSnapshot(backends={}))
+
+    def sent(self, backend: int, now: float) -> None:
+        self.in_flight[backend] += 1
+        self.last_traffic[backend] = now
+
+    def done(self, backend: int, now: float) -> None:
+        self.in_flight[backend] -= 1
+        self.last_traffic[backend] = now
+
+
+class SignalModel:
+    def __init__(self, scenario: Scenario, backends: Sequence[SimBackend], gateways: Sequence[str]):
+        self.scenario = scenario
+        self.backends = backends
+        self._rng = random.Random(f"{scenario.seed}/probes")
+        size = len(backends)
+        self.scrapes: list[Scrape | None] = [None] * size
+        self.gateways = [
+            GatewaySignals(
+                i, region, {r: scenario.rtt(region, r) for r in scenario.regions},
+                [0] * size, [None] * size, [None] * size, [None] * size,
+            )
+            for i, region in enumerate(gateways)
+        ]  # fmt: skip
+
+    def scrape(self, now: float) -> None:
+        for backend in self.backends:
+            self.scrapes[backend.index] = Scrape(backend.engine.counters(now), now)
+
+    def probe(self, now: float) -> None:
+        jitter = self.scenario.signals.probe_jitter_ms
+        for gateway in self.gateways:
+            for backend in self.backends:
+                rtt = self.scenario.rtt(gateway.region, backend.region)
+                noisy = max(0.0, rtt + self._rng.gauss(0.0, jitter)) if jitter else rtt
+                gateway.probe_rtt_ms[backend.index] = noisy
+                gateway.probe_at[backend.index] = now
+
+    def rebuild(self, now: float) -> None:
+        for gateway in self.gateways:
+            gateway.snapshot = self._snapshot(gateway, now)
+
+    def _snapshot(self, gateway: GatewaySignals, now: float) -> FleetSnapshot:
+        states: dict[str, BackendState] = {}
+        for backend in self.backends:
+            i = backend.index
+            scrape = self.scrapes[i]
+            counters = scrape.counters if scrape is not None else None
+            metrics_at = scrape.at if scrape is not None else None
+            known = [at for at in (metrics_at, gateway.probe_at[i]) if at is not None]
+            states[backend.name] = BackendState(
+                spec=backend.spec,
+                in_flight=gateway.in_flight[i],
+                running=None if counters is None else counters.running,
+                waiting=None if counters is None else counters.waiting,
+                kv_cache_usage=None if counters is None else counters.kv_cache_usage,
+                rtt_ms=gateway.probe_rtt_ms[i],
+                last_traffic_at=gateway.last_traffic[i],
+                as_of=max(known) if known else 0.0,
+                rtt_as_of=gateway.probe_at[i],
+                metrics_as_of=metrics_at,
+            )
+        return FleetSnapshot(states, gateway.region, gateway.region_rtt_ms, taken_at=now)

@@ -1,0 +1,150 @@
+"""One policy's run reduced to the numbers users quote, and the comparisons the goals ask for.
+
+Definitions:
+- TTFT: a request's arrival at its gateway -> its first token back at that gateway.
+- end-to-end: arrival -> last token back at the gateway.
+- cache-hit token ratio: prompt tokens the engines served from their KV cache / all prompt tokens.
+- load imbalance: max / mean over every backend of the requests it served (``imbalance``) and
+  of the tokens it computed, uncached prompt + output (``work_imbalance``); 1.0 is even.
+- cross-region share: requests served outside the client's own region.
+- calibration (policies that predict): median |predicted - actual| / actual TTFT, and the
+  share of actual TTFTs at or below the predicted p90.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from loadtests.sim.results import F64, PolicyRun
+from loadtests.sim.trace import Trace
+from routing.types import LatencyClass
+
+BASELINES_EXCLUDED = ("predicted_ttft", "oracle")
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    policy: str
+    requests: int
+    completed: int
+    rejected: int
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    ttft_p99_ms: float
+    e2e_p50_ms: float
+    e2e_p90_ms: float
+    e2e_p99_ms: float
+    long_form_e2e_p99_ms: float | None
+    interactive_ttft_p99_ms: float | None
+    cache_hit_ratio: float
+    imbalance: float
+    work_imbalance: float
+    cross_region_share: float
+    calibration_median_rel_error: float | None
+    calibration_below_p90: float | None
+    per_backend_requests: Mapping[str, int]
+    wall_s: float
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _pct(values: F64, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def _max_over_mean(values: F64) -> float:
+    mean = float(values.mean()) if len(values) else 0.0
+    return float(values.max()) / mean if mean > 0 else float("nan")
+
+
+def summarize(run: PolicyRun, trace: Trace) -> Summary:
+    res = run.results
+    done = ~np.isnan(res.ttft_ms)
+    prompt = np.fromiter((r.prompt_tokens for r in trace.requests), np.int64, len(trace.requests))
+    long_form = np.fromiter(
+        (r.latency_class is LatencyClass.LONG_FORM for r in trace.requests), np.bool_
+    )
+    origin = [r.origin for r in trace.requests]
+    regions = [b.region for b in run.backends]
+    served = res.backend[done]
+    counts = np.bincount(served, minlength=len(run.backends)).astype(np.float64)
+    work = np.bincount(
+        served,
+        weights=(prompt - res.cached_tokens + res.output_tokens)[done],
+        minlength=len(run.backends),
+    ).astype(np.float64)
+    cross = sum(1 for i in np.flatnonzero(done).tolist() if regions[res.backend[i]] != origin[i])
+    ttft, e2e = res.ttft_ms[done], res.e2e_ms[done]
+    lf, inter = done & long_form, done & ~long_form
+    mixed = bool(lf.any()) and bool(inter.any())
+    rel_error, below = _calibration(res.predicted_ms, res.predicted_p90_ms, res.ttft_ms, done)
+    completed = int(done.sum())
+    return Summary(
+        policy=run.policy,
+        requests=len(trace.requests),
+        completed=completed,
+        rejected=res.rejections,
+        ttft_p50_ms=_pct(ttft, 50), ttft_p90_ms=_pct(ttft, 90), ttft_p99_ms=_pct(ttft, 99),
+        e2e_p50_ms=_pct(e2e, 50), e2e_p90_ms=_pct(e2e, 90), e2e_p99_ms=_pct(e2e, 99),
+        long_form_e2e_p99_ms=_pct(res.e2e_ms[lf], 99) if mixed else None,
+        interactive_ttft_p99_ms=_pct(res.ttft_ms[inter], 99) if mixed else None,
+        cache_hit_ratio=float(res.cached_tokens[done].sum()) / max(1, int(prompt[done].sum())),
+        imbalance=_max_over_mean(counts),
+        work_imbalance=_max_over_mean(work),
+        cross_region_share=cross / completed if completed else float("nan"),
+        calibration_median_rel_error=rel_error,
+        calibration_below_p90=below,
+        per_backend_requests={b.name: int(counts[b.index]) for b in run.backends},
+        wall_s=run.wall_s,
+    )  # fmt: skip
+
+
+def _calibration(
+    predicted: F64, p90: F64, actual: F64, done: np.ndarray
+) -> tuple[float | None, float | None]:
+    known = done & ~np.isnan(predicted)
+    if not known.any():
+        return None, None
+    rel = np.abs(predicted[known] - actual[known]) / actual[known]
+    with_p90 = known & ~np.isnan(p90)
+    below = float((actual[with_p90] <= p90[with_p90]).mean()) if with_p90.any() else None
+    return float(np.median(rel)), below
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Meridian's policy against the others (ratios > 1: predicted_ttft is better)."""
+
+    p99_vs_round_robin: float | None
+    best_baseline: str | None
+    p99_vs_best_baseline: float | None
+    p99_over_oracle: float | None  # predicted_ttft p99 / oracle p99 (<= 1.15 is the goal)
+    cache_vs_oracle: float | None  # predicted_ttft cache-hit ratio / oracle's
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def compare(summaries: Sequence[Summary]) -> Comparison | None:
+    by = {s.policy: s for s in summaries}
+    ours = by.get("predicted_ttft")
+    if ours is None:
+        return None
+    baselines = [s for s in summaries if s.policy not in BASELINES_EXCLUDED]
+    best = min(baselines, key=lambda s: s.ttft_p99_ms, default=None)
+    rr, oracle = by.get("round_robin"), by.get("oracle")
+    return Comparison(
+        p99_vs_round_robin=rr.ttft_p99_ms / ours.ttft_p99_ms if rr else None,
+        best_baseline=best.policy if best else None,
+        p99_vs_best_baseline=best.ttft_p99_ms / ours.ttft_p99_ms if best else None,
+        p99_over_oracle=ours.ttft_p99_ms / oracle.ttft_p99_ms if oracle else None,
+        cache_vs_oracle=(
+            ours.cache_hit_ratio / oracle.cache_hit_ratio
+            if oracle and oracle.cache_hit_ratio > 0
+            else None
+        ),
+    )

@@ -1,0 +1,263 @@
+"""The seeded request trace every policy replays: arrivals, prompts and their prefix hashes.
+
+Prompts are synthetic text rendered as ``routing.prefix.canonical_chat`` would (a tenant's
+shared system prompt, then the user's question), hashed once here and shared by every policy.
+A system prompt's full blocks are hashed once per (tenant, prompt); each request only hashes
+the tail of the system prompt plus its question, continuing the same chain.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from loadtests.sim.scenario import Bursts, ClientPopulation, ExtraLoad, Range, Scenario, Workload
+from routing.prefix import BYTES_PER_TOKEN, DEFAULT_BLOCK_TOKENS, block_hashes, tenant_seed
+from routing.types import LatencyClass
+
+_SYSTEM_OPEN = b"\x1esystem\x1f"
+_USER_OPEN = b"\x1euser\x1f"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    id: int
+    at: float
+    origin: str  # the client's region; it talks to a gateway there
+    gateway: int  # index into the simulation's gateway list
+    workload: str
+    tenant: str
+    prompt_tokens: int
+    prefix_hashes: tuple[int, ...]  # full blocks of the shared system prompt (shared object)
+    suffix_hashes: tuple[int, ...]  # the rest of this request's chain
+    max_tokens: int
+    latency_class: LatencyClass
+
+    @property
+    def long_form(self) -> bool:
+        return self.latency_class is LatencyClass.LONG_FORM
+
+    @property
+    def hashes(self) -> tuple[int, ...]:
+        return self.prefix_hashes + self.suffix_hashes
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundRequest:
+    """Load that bypasses Meridian (a timed ``extra_load`` event)."""
+
+    at: float
+    region: str
+    slot: int  # picks one of the region's backends: slot % count
+    prompt_tokens: int
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    requests: tuple[TraceRequest, ...]
+    background: tuple[BackgroundRequest, ...]
+    gateways: tuple[str, ...]  # region of each gateway
+
+    @property
+    def span_s(self) -> float:
+        return self.requests[-1].at if self.requests else 0.0
+
+
+def continue_chain(data: bytes, seed: int, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> list[int]:
+    """``routing.prefix.block_hashes`` from a mid-chain ``seed`` (the previous block's hash)."""
+    size = block_tokens * BYTES_PER_TOKEN
+    hash_block = xxhash.xxh3_64_intdigest
+    out: list[int] = []
+    for start in range(0, len(data) - size + 1, size):
+        seed = hash_block(data[start : start + size], seed)
+        out.append(seed)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _SharedPrompt:
+    full_hashes: tuple[int, ...]
+    tail: bytes  # bytes after the last full block
+    seed: int  # chain state at the end of the full blocks
+    length: int  # bytes
+
+
+def _text(rng: random.Random, tokens: int) -> bytes:
+    """ASCII filler of ``tokens`` x 4 bytes (hex keeps it printable and incompressible)."""
+    size = tokens * BYTES_PER_TOKEN
+    return rng.randbytes(-(-size // 2)).hex().encode()[:size]
+
+
+def _shared_prompt(tenant: str, text: bytes, block_tokens: int) -> _SharedPrompt:
+    canonical = _SYSTEM_OPEN + text + _USER_OPEN
+    full = block_hashes(canonical, tenant, block_tokens)
+    cut = len(full) * block_tokens * BYTES_PER_TOKEN
+    seed = full[-1] if full else tenant_seed(tenant)
+    return _SharedPrompt(full, canonical[cut:], seed, len(canonical))
+
+
+def _zipf_cumulative(count: int, skew: float) -> list[float]:
+    return list(itertools.accumulate(1.0 / (k + 1) ** skew for k in range(count)))
+
+
+def _draw(rng: random.Random, span: Range) -> int:
+    return span.low if span.low == span.high else rng.randint(span.low, span.high)
+
+
+class _WorkloadSampler:
+    def __init__(self, name: str, workload: Workload, seed: int, block_tokens: int) -> None:
+        self.name = name
+        self.workload = workload
+        self.block_tokens = block_tokens
+        self._tenant_cum = _zipf_cumulative(workload.tenants, workload.tenant_skew)
+        self._prompt_cum = _zipf_cumulative(workload.system_prompts, workload.prompt_skew)
+        self._seed = seed
+        self._prompts: dict[tuple[int, int], _SharedPrompt] = {}
+
+    def tenant_name(self, index: int) -> str:
+        return f"{self.name}-t{index}"
+
+    def prompt(self, tenant: int, group: int) -> _SharedPrompt:
+        key = (tenant, group)
+        shared = self._prompts.get(key)
+        if shared is None:
+            rng = random.Random(f"{self._seed}/{self.name}/{tenant}/{group}")
+            text = _text(rng, _draw(rng, self.workload.prefix_tokens))
+            shared = _shared_prompt(self.tenant_name(tenant), text, self.block_tokens)
+            self._prompts[key] = shared
+        return shared
+
+    def sample(self, rng: random.Random) -> tuple[str, int, tuple[int, ...], tuple[int, ...], int]:
+        """(tenant, prompt tokens, shared hashes, own hashes, max tokens) of one request."""
+        tenant = bisect.bisect(self._tenant_cum, rng.random() * self._tenant_cum[-1])
+        group = bisect.bisect(self._prompt_cum, rng.random() * self._prompt_cum[-1])
+        shared = self.prompt(tenant, group)
+        question = _text(rng, _draw(rng, self.workload.question_tokens))
+        suffix = continue_chain(shared.tail + question, shared.seed, self.block_tokens)
+        tokens = -(-(shared.length + len(question)) // BYTES_PER_TOKEN)
+        output = max(1, _draw(rng, self.workload.output_tokens))
+        return self.tenant_name(tenant), tokens, shared.full_hashes, tuple(suffix), output
+
+
+def _rate_at(population: ClientPopulation, t: float) -> tuple[float, float]:
+    """(rate, end of the constant-rate segment containing ``t``)."""
+    arrival, rate = population.arrival, population.rate_rps
+    if not isinstance(arrival, Bursts):
+        return rate, math.inf
+    cycle, offset = (
+        divmod(t - arrival.phase_s, arrival.period_s)
+        if t >= arrival.phase_s
+        else (-1.0, t - arrival.phase_s + arrival.period_s)
+    )
+    start = arrival.phase_s + cycle * arrival.period_s
+    if offset < arrival.burst_s:
+        return rate * arrival.burst_factor, start + arrival.burst_s
+    quiet = arrival.period_s - arrival.burst_s
+    low = rate * (arrival.period_s - arrival.burst_factor * arrival.burst_s) / quiet
+    return low, start + arrival.period_s
+
+
+def arrival_times(population: ClientPopulation, rng: random.Random, until: float) -> list[float]:
+    """A (possibly bursty) Poisson process on [0, until); memoryless across rate changes."""
+    out: list[float] = []
+    t = 0.0
+    while t < until:
+        rate, segment_end = _rate_at(population, t)
+        gap = rng.expovariate(rate) if rate > 0 else math.inf
+        if t + gap < segment_end:
+            t += gap
+            if t < until:
+                out.append(t)
+        else:
+            t = segment_end
+    return out
+
+
+def _background(scenario: Scenario, seed: int) -> tuple[BackgroundRequest, ...]:
+    out: list[BackgroundRequest] = []
+    for i, event in enumerate(scenario.events):
+        if not isinstance(event, ExtraLoad):
+            continue
+        rng = random.Random(f"{seed}/background/{i}")
+        t = event.start_s
+        while True:
+            t += rng.expovariate(event.rate_rps)
+            if t >= event.end_s:
+                break
+            out.append(
+                BackgroundRequest(
+                    t, event.region, rng.randrange(1 << 30), _draw(rng, event.prompt_tokens),
+                    max(1, _draw(rng, event.output_tokens)),
+                )
+            )  # fmt: skip
+    out.sort(key=lambda r: r.at)
+    return tuple(out)
+
+
+def _arrivals(scenario: Scenario, seed: int, requests: int | None) -> list[tuple[float, str]]:
+    """(time, population) of every arrival, in time order, ``requests`` of them if given."""
+    total_rate = sum(p.rate_rps for p in scenario.clients.values())
+    until = scenario.duration_s
+    if requests is not None:
+        until = max(1.2 * requests / total_rate, 1.0)
+    while True:
+        merged: list[tuple[float, str]] = []
+        for key, population in scenario.clients.items():
+            rng = random.Random(f"{seed}/arrivals/{key}")
+            merged.extend((t, key) for t in arrival_times(population, rng, until))
+        merged.sort()
+        if requests is None or len(merged) >= requests:
+            return merged if requests is None else merged[:requests]
+        until *= 1.5
+
+
+def _gateways(scenario: Scenario) -> tuple[tuple[str, ...], dict[str, list[int]]]:
+    regions: list[str] = []
+    by_region: dict[str, list[int]] = {}
+    for region, count in sorted(scenario.gateway_counts().items()):
+        for _ in range(count):
+            by_region.setdefault(region, []).append(len(regions))
+            regions.append(region)
+    return tuple(regions), by_region
+
+
+def build_trace(
+    scenario: Scenario, requests: int | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS
+) -> Trace:
+    seed = scenario.seed
+    samplers = {
+        name: _WorkloadSampler(name, workload, seed, block_tokens)
+        for name, workload in sorted(scenario.workloads.items())
+    }
+    choices = {
+        key: _choices(population.workloads or sorted(samplers), scenario)
+        for key, population in scenario.clients.items()
+    }
+    gateway_regions, by_region = _gateways(scenario)
+    rng = random.Random(f"{seed}/requests")
+    out: list[TraceRequest] = []
+    for i, (t, key) in enumerate(_arrivals(scenario, seed, requests)):
+        region = scenario.clients[key].region
+        names, cum = choices[key]
+        sampler = samplers[names[bisect.bisect(cum, rng.random() * cum[-1])]]
+        tenant, tokens, shared, own, output = sampler.sample(rng)
+        gateways = by_region.get(region) or [0]
+        out.append(
+            TraceRequest(
+                i, t, region, gateways[rng.randrange(len(gateways))], sampler.name, tenant,
+                tokens, shared, own, output, sampler.workload.latency_class,
+            )
+        )  # fmt: skip
+    return Trace(tuple(out), _background(scenario, seed), gateway_regions)
+
+
+def _choices(names: Sequence[str], scenario: Scenario) -> tuple[list[str], list[float]]:
+    ordered = sorted(names)
+    return ordered, list(itertools.accumulate(scenario.workloads[n].weight for n in ordered))
