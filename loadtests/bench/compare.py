@@ -54,7 +54,7 @@ def metric_rows(report: Mapping[str, Any]) -> dict[str, float | None]:
 def _cell(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.0f}" if float(value).is_integer() and abs(value) >= 100 else f"{value:.3g}"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def format_comparison(
