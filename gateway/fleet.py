@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.config import BackendConfig, GatewayConfig
 from gateway.signals.geo import ClientGeo, RegionLocation
-from gateway.signals.hub import SignalHub, SignalsConfig
+from gateway.signals.hub import SharedFleet, SignalHub, SignalsConfig
 from gateway.signals.outlier import FailureKind, HealthView
 from gateway.signals.targets import BackendTarget, Engine
 from routing.types import FleetSnapshot
@@ -64,11 +64,16 @@ def _signals_config(config: GatewayConfig) -> SignalsConfig:
     return signals.model_copy(update={"geo": signals.geo.model_copy(update={"regions": located})})
 
 
-def build_signal_hub(config: GatewayConfig, registry: CollectorRegistry) -> SignalHub:
+def build_signal_hub(
+    config: GatewayConfig, registry: CollectorRegistry, shared: SharedFleet | None = None
+) -> SignalHub:
+    """The hub for ``config``; with ``shared`` (gateway/state/wiring.py) it routes as one with
+    the other replicas: tier-wide in-flight counts, each backend probed by one replica."""
     return SignalHub(
         [_target(b) for b in config.backends],
         _signals_config(config),
         gateway_region=config.region,
         region_rtt_ms={r.name: r.rtt_ms for r in config.regions if r.rtt_ms is not None},
         registry=registry,
+        shared=shared,
     )

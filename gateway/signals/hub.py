@@ -6,6 +6,11 @@ probes, scrapes, GeoIP reloads and a once-a-second tick (readmissions, age gauge
 ``snapshot()`` returns the cached ``FleetSnapshot`` and rebuilds only the backends that changed,
 at most once every ``snapshot_min_interval_ms``, so the request path never pays for a rebuild
 it does not need and never waits on I/O.
+
+With a ``SharedFleet`` (gateway/state/fleet_bridge.py: replicas sharing state through Redis),
+in-flight counts are the sum over replicas, a backend is probed and scraped only by the replica
+holding its lease, which publishes the results, and every other replica reads them into its
+snapshot (the newer of its own and the shared measurement wins).
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.signals.engine_metrics import EngineMetricsConfig, EngineMetricsScraper
 from gateway.signals.engine_signals import EngineSignals
-from gateway.signals.errors import SignalError
+from gateway.signals.errors import SignalError, SignalErrorKind
 from gateway.signals.geo import ClientGeo, GeoConfig, GeoLocator
 from gateway.signals.metrics import SignalMetrics
 from gateway.signals.outlier import (
@@ -52,6 +58,54 @@ class SignalsConfig(BaseModel):
     tick_interval_s: float = Field(default=1.0, gt=0)
 
 
+class SharedFleet(Protocol):
+    """What replicas share about the fleet. Synchronous and local: only the shared layer's
+    background tasks talk to the store."""
+
+    def leads(self, backend: str) -> bool:
+        """Whether this replica probes and scrapes ``backend`` (holds its lease)."""
+        ...
+
+    def note_in_flight(self, backend: str, delta: int) -> None: ...
+
+    def version(self) -> int:
+        """Grows whenever another replica's counts or measurements changed here."""
+        ...
+
+    def publish(self, measured: BackendState, probe: ProbeSummary | None, now: float) -> None:
+        """This replica's own measurement of one backend (monotonic times)."""
+        ...
+
+    def merge(self, local: BackendState, now: float) -> BackendState:
+        """``local`` with the other replicas' in-flight counts added and any newer shared
+        measurement in place of the local one."""
+        ...
+
+    def remote_active_health(
+        self, backend: str, local_probe_at: float | None, now: float
+    ) -> bool | None:
+        """Another replica's active-probe verdict, if newer than ours (None otherwise)."""
+        ...
+
+
+_NOT_LEADING = SignalError(
+    SignalErrorKind.PROTOCOL, "not scraped here: another replica holds this backend's lease"
+)
+
+
+class _LeaderScraper(EngineMetricsScraper):
+    """Scrapes only the backends ``leads`` says this replica measures."""
+
+    def __init__(self, *args: object, leads: Callable[[str], bool], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._leads = leads
+
+    async def scrape_once(self, target: BackendTarget) -> EngineSignals | SignalError:
+        if self._leads(target.name):
+            return await super().scrape_once(target)
+        return self.latest(target.name) or _NOT_LEADING
+
+
 class SignalHub(ProbeObserver):
     def __init__(
         self,
@@ -63,8 +117,12 @@ class SignalHub(ProbeObserver):
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        shared: SharedFleet | None = None,
     ) -> None:
         self._targets = {t.name: t for t in targets}
+        self._shared = shared
+        self._shared_version = -1
+        self._remote_active: dict[str, bool] = {}  # active-probe verdicts of other replicas
         self._config = config
         self._clock = clock
         self._rng = rng or random.Random()
@@ -82,9 +140,15 @@ class SignalHub(ProbeObserver):
             last_traffic=self._last_traffic.get,
             on_traffic=self._note_traffic,
             observer=self,
+            should_probe=shared.leads if shared is not None else _always,
         )
-        self.scraper = EngineMetricsScraper(
-            targets, config.engine_metrics, clock=clock, rng=self._rng, observer=self
+        self.scraper = _LeaderScraper(
+            targets,
+            config.engine_metrics,
+            clock=clock,
+            rng=self._rng,
+            observer=self,
+            leads=shared.leads if shared is not None else _always,
         )
         self.geo = GeoLocator(config.geo, rng=self._rng)
         self._tasks = TaskOwner()
@@ -124,12 +188,16 @@ class SignalHub(ProbeObserver):
         if backend not in self._in_flight:
             return
         self._in_flight[backend] += 1
+        if self._shared is not None:
+            self._shared.note_in_flight(backend, +1)
         self._note_traffic(backend, self._clock())
 
     def on_request_end(self, backend: str, ok: bool, failure: FailureKind | None = None) -> None:
         """A request to ``backend`` finished. ``failure`` says why not, when ``ok`` is False."""
         if backend not in self._in_flight:
             return
+        if self._in_flight[backend] > 0 and self._shared is not None:
+            self._shared.note_in_flight(backend, -1)
         self._in_flight[backend] = max(0, self._in_flight[backend] - 1)
         self._note_traffic(backend, self._clock())
         self._handle(self.outlier.record(backend, ok, failure))
@@ -147,16 +215,20 @@ class SignalHub(ProbeObserver):
         return self.outlier.health()
 
     def in_flight(self, backend: str) -> int:
+        """This replica's own open requests to ``backend`` (the snapshot has the tier's)."""
         return self._in_flight.get(backend, 0)
 
     def snapshot(self) -> FleetSnapshot:
         now = self._clock()
         cached = self._snapshot
-        if cached is not None and (
-            not self._dirty
-            or (now - self._built_at) * 1000.0 < self._config.snapshot_min_interval_ms
-        ):
-            return cached
+        if cached is not None:
+            if (now - self._built_at) * 1000.0 < self._config.snapshot_min_interval_ms:
+                return cached
+            self._follow_shared(now)
+            if not self._dirty:
+                return cached
+        else:
+            self._follow_shared(now)
         health = self.outlier.health()
         probes = self.prober.summaries()
         for name in self._dirty:
@@ -171,7 +243,39 @@ class SignalHub(ProbeObserver):
         self._built_at = now
         return self._snapshot
 
+    def _follow_shared(self, now: float) -> None:
+        """Take in what other replicas changed: active-probe verdicts into outlier detection,
+        and a rebuild of every backend (their counts and measurements enter in ``_state``)."""
+        shared = self._shared
+        if shared is None or shared.version() == self._shared_version:
+            return
+        self._shared_version = shared.version()
+        self._dirty.update(self._targets)
+        for name in self._targets:
+            probe = self.prober.summary(name)
+            local_at = probe.last_probe_at if probe is not None else None
+            verdict = shared.remote_active_health(name, local_at, now)
+            if verdict is None:
+                self._remote_active.pop(name, None)
+            else:
+                self._remote_active[name] = verdict
+                self._handle(self.outlier.set_active_health(name, verdict))
+
+    def _publish(self, backend: str) -> None:
+        shared = self._shared
+        if shared is None or backend not in self._targets or not shared.leads(backend):
+            return
+        now = self._clock()
+        probe = self.prober.summary(backend)
+        shared.publish(self._measured(backend, self.outlier.health(), probe, now), probe, now)
+
     def _state(
+        self, name: str, health: HealthView, probe: ProbeSummary | None, now: float
+    ) -> BackendState:
+        state = self._measured(name, health, probe, now)
+        return state if self._shared is None else self._shared.merge(state, now)
+
+    def _measured(
         self, name: str, health: HealthView, probe: ProbeSummary | None, now: float
     ) -> BackendState:
         target = self._targets[name]
@@ -195,12 +299,16 @@ class SignalHub(ProbeObserver):
         )
 
     def _region_rtts(self) -> dict[str, float]:
-        """Configured gateway-to-region RTTs, replaced by the best probe RTT where measured."""
+        """Configured gateway-to-region RTTs, replaced by the best probe RTT where measured
+        (here or, with shared state, by the replica that probes the backend)."""
         measured: dict[str, float] = {}
         for name, summary in self.prober.summaries().items():
+            state = self._states.get(name)
+            rtt = state.rtt_ms if state is not None else summary.rtt_ms
             region = self._targets[name].spec.region
-            if summary.rtt_ms is not None and summary.active_healthy:
-                measured[region] = min(measured.get(region, summary.rtt_ms), summary.rtt_ms)
+            healthy = self._remote_active.get(name, summary.active_healthy)
+            if rtt is not None and healthy:
+                measured[region] = min(measured.get(region, rtt), rtt)
         return {**self._configured_region_rtt, **measured}
 
     # -- observers and housekeeping -------------------------------------------------------
@@ -213,7 +321,9 @@ class SignalHub(ProbeObserver):
         error: SignalError | None,
     ) -> None:
         self._dirty.add(summary.backend)
+        self._remote_active.pop(summary.backend, None)  # our own verdict is the newest now
         self._handle(self.outlier.set_active_health(summary.backend, summary.active_healthy))
+        self._publish(summary.backend)
         if self._metrics is not None:
             self._metrics.on_probe(summary, pooled_ms, fresh_ms, error)
 
@@ -225,6 +335,8 @@ class SignalHub(ProbeObserver):
         self, backend: str, result: EngineSignals | SignalError, duration_s: float
     ) -> None:
         self._dirty.add(backend)
+        if isinstance(result, EngineSignals):
+            self._publish(backend)
         if self._metrics is not None:
             self._metrics.on_scrape(backend, result, duration_s)
 
@@ -255,6 +367,10 @@ class SignalHub(ProbeObserver):
             _log_event(event)
         if self._metrics is not None:
             self._metrics.on_outlier_events(events)
+
+
+def _always(_backend: str) -> bool:
+    return True
 
 
 def _log_event(event: OutlierEvent) -> None:

@@ -118,8 +118,12 @@ class Prober:
         last_traffic: Callable[[str], float | None] = lambda _backend: None,
         on_traffic: Callable[[str, float], None] = lambda _backend, _at: None,
         observer: ProbeObserver | None = None,
+        should_probe: Callable[[str], bool] = lambda _backend: True,
     ) -> None:
         self._targets = list(targets)
+        # Asked before every scheduled probe and canary: with shared state only the replica
+        # holding a backend's lease measures it (direct probe_once/canary_once calls always run).
+        self._should_probe = should_probe
         self._config = config
         self._clock = clock
         self._rng = rng or random.Random()
@@ -171,13 +175,19 @@ class Prober:
         interval_s: float,
     ) -> None:
         loop = run_periodically(
-            functools.partial(step, target),
+            functools.partial(self._step_if_due, step, target),
             interval_s=interval_s,
             jitter=self._config.jitter,
             rng=self._rng,
             name=f"{kind}:{target.name}",
         )
         self._tasks.spawn(loop, name=f"meridian-{kind}-{target.name}")
+
+    async def _step_if_due(
+        self, step: Callable[[BackendTarget], Awaitable[object]], target: BackendTarget
+    ) -> None:
+        if self._should_probe(target.name):
+            await step(target)
 
     def _open_sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
         if self._pooled is None or self._fresh is None:

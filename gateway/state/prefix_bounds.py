@@ -12,8 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 
-def merge_newer(into: dict[int, float], blocks: Mapping[int, float]) -> None:
-    """Merge ``hash -> seen_at`` entries, keeping the newest time per hash."""
+def merge_newer(
+    into: dict[int, float],
+    blocks: Mapping[int, float],
+    accepted: dict[int, float] | None = None,
+) -> None:
+    """Merge ``hash -> seen_at`` entries, keeping the newest time per hash. Entries that were
+    new or newer go into ``accepted`` too, when given."""
     for block, seen_at in blocks.items():
         old = into.get(block)
         if old is None:
@@ -21,6 +26,10 @@ def merge_newer(into: dict[int, float], blocks: Mapping[int, float]) -> None:
         elif seen_at > old:
             del into[block]
             into[block] = seen_at
+        else:
+            continue
+        if accepted is not None:
+            accepted[block] = seen_at
 
 
 def touch(into: dict[int, float], blocks: Iterable[int], seen_at: float) -> None:

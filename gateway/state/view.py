@@ -1,10 +1,15 @@
 """The replica's local picture of shared state: plain dicts, read synchronously by the request
 path, written only by ``SharedStateSync`` on the same event loop (so no locks are needed and
-a read never waits)."""
+a read never waits).
+
+Two hooks let the gateway follow what other replicas change without polling every entry:
+``remote_version`` grows whenever their in-flight counts, signals or ejections change here,
+and ``on_remote_prefix`` (if set) receives the prefix blocks merged in that were new or newer.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gateway.state.prefix_bounds import merge_newer, touch, trim
 from gateway.state.records import Ejection, SharedPull, SignalRecord, WriteBatch, keep_newer
@@ -22,6 +27,8 @@ class SharedView:
         self._prefix_cutoff = 0.0  # blocks seen before this are expired, pruned or not
         self._signals: dict[str, SignalRecord] = {}
         self._ejections: dict[str, Ejection] = {}
+        self.remote_version = 0
+        self.on_remote_prefix: Callable[[str, Mapping[int, float]], None] | None = None
 
     # -- reads (request path) ------------------------------------------------------------
 
@@ -38,6 +45,10 @@ class SharedView:
             for backend, count in counts.items():
                 totals[backend] = totals.get(backend, 0) + count
         return totals
+
+    def remote_in_flight(self, backend: str) -> int:
+        """Every other live replica's last reported count for ``backend``."""
+        return sum(counts.get(backend, 0) for counts in self._remote_in_flight.values())
 
     def own_in_flight(self) -> Mapping[str, int]:
         return self._own_in_flight
@@ -105,6 +116,8 @@ class SharedView:
         if batch.in_flight is not None:
             self._remote_in_flight[batch.replica] = dict(batch.in_flight)
             self._remote_expiry[batch.replica] = now + self._keep.in_flight_ttl_s
+        if batch.in_flight is not None or batch.signals or batch.ejections:
+            self.remote_version += 1
         self._merge_records(batch.prefix, batch.signals, batch.ejections)
 
     def apply_pull(self, pull: SharedPull, now: float, with_prefix: bool = True) -> None:
@@ -113,10 +126,18 @@ class SharedView:
         others = {r: dict(c) for r, c in pull.in_flight.items() if r != self.replica}
         self._remote_in_flight = others
         self._remote_expiry = {r: now + self._keep.in_flight_ttl_s for r in others}
+        self.remote_version += 1
         self._merge_records(pull.prefix if with_prefix else {}, pull.signals, pull.ejections)
 
     def merge_prefix(self, backend: str, blocks: Mapping[int, float]) -> None:
-        merge_newer(self._prefix.setdefault(backend, {}), blocks)
+        listener = self.on_remote_prefix
+        if listener is None:
+            merge_newer(self._prefix.setdefault(backend, {}), blocks)
+            return
+        accepted: dict[int, float] = {}
+        merge_newer(self._prefix.setdefault(backend, {}), blocks, accepted)
+        if accepted:
+            listener(backend, accepted)
 
     def _merge_records(
         self,
@@ -125,7 +146,7 @@ class SharedView:
         ejections: Mapping[str, Ejection],
     ) -> None:
         for backend, blocks in prefix.items():
-            merge_newer(self._prefix.setdefault(backend, {}), blocks)
+            self.merge_prefix(backend, blocks)
         for backend, record in signals.items():
             keep_newer(self._signals, backend, record)
         for backend, ejection in ejections.items():
@@ -137,11 +158,15 @@ class SharedView:
         for replica in [r for r, at in self._remote_expiry.items() if at <= now]:
             del self._remote_expiry[replica]
             self._remote_in_flight.pop(replica, None)
+            self.remote_version += 1
         self._prefix_cutoff = now - keep.prefix_ttl_s
         for blocks in self._prefix.values():
             trim(blocks, self._prefix_cutoff, keep.prefix_blocks_per_backend)
-        for backend in [b for b, s in self._signals.items() if now - s.at > keep.signal_ttl_s]:
-            del self._signals[backend]
-        stale = [b for b, e in self._ejections.items() if now - e.at > keep.ejection_ttl_s]
+        stale = [b for b, s in self._signals.items() if now - s.at > keep.signal_ttl_s]
         for backend in stale:
+            del self._signals[backend]
+        expired = [b for b, e in self._ejections.items() if now - e.at > keep.ejection_ttl_s]
+        for backend in expired:
             del self._ejections[backend]
+        if stale or expired:
+            self.remote_version += 1

@@ -1,0 +1,115 @@
+"""Prefix affinity across replicas: what one replica's router learns, the others' routers know.
+
+``SharedPrefixRouter`` wraps a ``PolicyRouter`` (same protocol, everything forwarded): a
+request that finished well tells the shared state its prompt's prefix blocks are now cached on
+the backend that served it. ``RemotePrefixFeeder`` goes the other way: blocks other replicas
+published, as they arrive in the local shared view, are recorded into the wrapped router's own
+prefix index, a bounded number per event-loop turn, off the request path.
+
+Why not feed remote blocks through ``observe()``: ``PipelineRouter.observe`` also releases an
+in-flight reservation and counts an outcome in the learner, so a synthetic observation would
+corrupt both. The feeder writes to the policy's ``PrefixIndex`` instead (``scorer.index`` on
+the prefix-aware policies), one block at a time: blocks from other replicas arrive as a set
+(a Redis pull orders them by time, not by chain), and ``PrefixIndex.record`` takes a chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from gateway.state.sync import SharedStateSync
+from routing.types import Decision, FleetSnapshot, Observation, PolicyRouter, RequestProfile
+
+_BLOCKS_PER_TURN = 2000  # ~2 ms of index work between yields to requests
+_MAX_QUEUED_BLOCKS = 200_000  # beyond this the oldest arrivals are dropped (they age first)
+
+
+class PrefixRecorder(Protocol):
+    def record(self, backend: str, hashes: tuple[int, ...], now: float) -> None: ...
+
+
+def prefix_recorder_of(router: object) -> PrefixRecorder | None:
+    """The prefix index a policy keeps (``scorer.index``), or None for policies without one."""
+    index = getattr(getattr(router, "scorer", None), "index", None)
+    record = getattr(index, "record", None)
+    return index if callable(record) else None
+
+
+class SharedPrefixRouter:
+    """A ``PolicyRouter`` that shares the prefixes it learns. Request path: one dict update."""
+
+    def __init__(self, inner: PolicyRouter, sync: SharedStateSync) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._sync = sync
+
+    def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
+        return self.inner.decide(profile, fleet, now)
+
+    def explain(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
+        return self.inner.explain(profile, fleet, now)
+
+    def reserve(self, backend: str, now: float) -> None:
+        self.inner.reserve(backend, now)
+
+    def release(self, backend: str) -> None:
+        self.inner.release(backend)
+
+    def observe(self, observation: Observation) -> None:
+        self.inner.observe(observation)
+        if observation.ok and observation.prefix_hashes:
+            self._sync.note_prefix(observation.backend, observation.prefix_hashes)
+
+
+class RemotePrefixFeeder:
+    """Queue of (backend, block, wall seen-at) from other replicas, drained into ``recorder``
+    with times converted to the router's monotonic clock."""
+
+    def __init__(
+        self,
+        recorder: PrefixRecorder,
+        *,
+        wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+        max_queued: int = _MAX_QUEUED_BLOCKS,
+    ) -> None:
+        self._recorder = recorder
+        self._wall = wall
+        self._mono = mono
+        self._queue: deque[tuple[str, int, float]] = deque(maxlen=max_queued)
+        self._arrived = asyncio.Event()
+        self.fed_blocks = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def offer(self, backend: str, blocks: Mapping[int, float]) -> None:
+        """``SharedView.on_remote_prefix``: called synchronously as blocks are merged."""
+        self._queue.extend((backend, block, seen_at) for block, seen_at in blocks.items())
+        self._arrived.set()
+
+    def drain(self, limit: int = _BLOCKS_PER_TURN) -> int:
+        """Record up to ``limit`` queued blocks now; returns how many."""
+        queue, record = self._queue, self._recorder.record
+        now = self._mono()
+        offset = now - self._wall()
+        count = min(limit, len(queue))
+        for _ in range(count):
+            backend, block, seen_at = queue.popleft()
+            record(backend, (block,), min(seen_at + offset, now))
+        self.fed_blocks += count
+        return count
+
+    async def run(self) -> None:
+        """Until cancelled: wait for arrivals, drain them a turn's worth at a time."""
+        while True:
+            await self._arrived.wait()
+            self._arrived.clear()
+            if self.drain() == _BLOCKS_PER_TURN:
+                self._arrived.set()  # more queued: next turn, after requests had theirs
+            await asyncio.sleep(0)

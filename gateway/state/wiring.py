@@ -1,0 +1,127 @@
+"""Shared state wired into a running gateway: one ``SharedState`` per replica.
+
+    shared = SharedState.from_config(config, metrics.registry)
+    hub = build_signal_hub(config, metrics.registry, shared.fleet)   # tier-wide signals
+    router = shared.wrap_router(build_router(...))                   # shared prefix affinity
+    install_shared_state(app, shared, hub)   # lifecycle + GET /v1/meridian/state
+
+With the default ``state.backend: memory`` the same wiring runs against a store private to
+the process, so one replica behaves as before. Nothing here is awaited on the request path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gateway.config import ConfigError, GatewayConfig
+from gateway.signals.hub import SignalHub
+from gateway.state.errors import StateUnavailable
+from gateway.state.fleet_bridge import SharedFleetBridge, probe_lease
+from gateway.state.health import StateHealth
+from gateway.state.metrics import register_state_metrics
+from gateway.state.router_bridge import (
+    RemotePrefixFeeder,
+    SharedPrefixRouter,
+    prefix_recorder_of,
+)
+from gateway.state.sync import SharedStateSync
+from routing.types import PolicyRouter
+
+log = logging.getLogger("meridian.state")
+
+STATE_PATH = "/v1/meridian/state"
+
+
+class SharedState:
+    def __init__(
+        self,
+        sync: SharedStateSync,
+        backends: Sequence[str],
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.sync = sync
+        self.fleet = SharedFleetBridge(sync)
+        self._backends = tuple(backends)
+        self._feeder: RemotePrefixFeeder | None = None
+        self._feeder_task: asyncio.Task[None] | None = None
+        sync.contend(probe_lease(b) for b in backends)
+        if registry is not None:
+            register_state_metrics(sync, registry)
+
+    @classmethod
+    def from_config(
+        cls, config: GatewayConfig, registry: CollectorRegistry | None = None
+    ) -> SharedState:
+        """Raises ``ConfigError`` when the ``state:`` password source cannot be read; never
+        connects (a store that is down at start-up only makes the replica degraded)."""
+        try:
+            sync = SharedStateSync.from_config(config.state)
+        except StateUnavailable as exc:
+            raise ConfigError(exc.error.message) from None
+        return cls(sync, [b.name for b in config.backends], registry)
+
+    def wrap_router(self, router: PolicyRouter) -> PolicyRouter:
+        """``router`` sharing the prefixes it learns and learning the other replicas'."""
+        recorder = prefix_recorder_of(router)
+        if recorder is None:
+            log.info("routing policy %s keeps no prefix index: nothing to share", router.name)
+        else:
+            self._feeder = RemotePrefixFeeder(recorder)
+            self.sync.snapshot().on_remote_prefix = self._feeder.offer
+        return SharedPrefixRouter(router, self.sync)
+
+    def health(self) -> StateHealth:
+        """For ``/readyz`` details: ``health().as_dict()``, status ``ok`` or ``degraded``."""
+        return self.sync.health()
+
+    async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
+        """aiohttp ``cleanup_ctx``: register it before the signal hub's, so the hub starts
+        after the sync and stops before it (its last counts and leases are released)."""
+        await self.sync.start()
+        if self._feeder is not None:
+            self._feeder_task = asyncio.create_task(
+                self._feeder.run(), name="meridian-state-prefix-feeder"
+            )
+        yield
+        if self._feeder_task is not None:
+            self._feeder_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._feeder_task
+        await self.sync.stop()
+
+    def describe(self, hub: SignalHub) -> dict[str, object]:
+        """What ``GET /v1/meridian/state`` answers: counts and states, never prompt data."""
+        snapshot = hub.snapshot()
+        view = self.sync.snapshot()
+        probes = hub.prober.summaries()
+        feeder = self._feeder
+        return {
+            "health": self.health().as_dict(),
+            "in_flight": {name: s.in_flight for name, s in snapshot.backends.items()},
+            "own_in_flight": {name: hub.in_flight(name) for name in self._backends},
+            "leads": [name for name in self._backends if self.fleet.leads(name)],
+            "probes_total": {name: p.probes_total for name, p in probes.items()},
+            "prefix_blocks": view.prefix_sizes(),
+            "prefix_fed_blocks": feeder.fed_blocks if feeder is not None else 0,
+            "prefix_queued_blocks": feeder.queued if feeder is not None else 0,
+        }
+
+
+STATE = web.AppKey("meridian_state", SharedState)
+
+
+def install_shared_state(app: web.Application, shared: SharedState, hub: SignalHub) -> None:
+    """Attach ``shared`` to ``app``: ``app[STATE]``, its lifecycle, and the state route."""
+    app[STATE] = shared
+    app.cleanup_ctx.append(shared.lifecycle)
+
+    async def state_route(request: web.Request) -> web.Response:
+        return web.json_response(shared.describe(hub))
+
+    app.router.add_get(STATE_PATH, state_route)
