@@ -103,9 +103,9 @@ def test_serve_with_no_config_runs_the_embedded_fleet() -> None:
         url = line.split()[-1]
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         models = [m.id for m in client.models.list().data]
-        assert models == ["meridian-demo-8b"]
+        assert models == ["llama-3.1-70b"]
         raw = client.chat.completions.with_raw_response.create(
-            model="meridian-demo-8b", messages=[{"role": "user", "content": "hello"}], max_tokens=4
+            model="llama-3.1-70b", messages=[{"role": "user", "content": "hello"}], max_tokens=4
         )
         completion = raw.parse()
         assert completion.choices[0].message.content
