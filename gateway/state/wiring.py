@@ -104,6 +104,10 @@ class SharedState:
         return {
             "health": self.health().as_dict(),
             "in_flight": {name: s.in_flight for name, s in snapshot.backends.items()},
+            "signal_age_s": {
+                name: (snapshot.taken_at - s.as_of) if s.as_of else None
+                for name, s in snapshot.backends.items()
+            },
             "own_in_flight": {name: hub.in_flight(name) for name in self._backends},
             "leads": [name for name in self._backends if self.fleet.leads(name)],
             "probes_total": {name: p.probes_total for name, p in probes.items()},

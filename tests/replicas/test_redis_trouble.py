@@ -1,0 +1,110 @@
+"""Redis in trouble under load: killed, the replicas keep serving (zero failed requests), say
+``degraded`` and reconcile when it is back; paused (SIGSTOP) for 5 s, request latency does
+not move, because the request path never waits on Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.redis_server import RedisServer
+from tests.replicas.support import BACKENDS, LoadRun, Tier, chat, p99, tier, wait_for
+
+OUTAGE_CONVERSATIONS = 4  # served during the outage; all must stick afterwards (1 in 16 by luck)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as server:
+        yield server
+
+
+async def _statuses(t: Tier) -> list[str]:
+    return [str(s["health"]["status"]) for s in await t.states()]
+
+
+async def _all(t: Tier, status: str) -> bool:
+    return all(s == status for s in await _statuses(t))
+
+
+def _conversation(n: int) -> list[dict[str, str]]:
+    words = " ".join(f"outage{n}-{i}" for i in range(2600))
+    return [{"role": "system", "content": words}, {"role": "user", "content": "Summarise."}]
+
+
+async def test_killed_redis_costs_no_request_and_state_reconciles_on_restart(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    async with tier(tmp_path, {"backend": "redis", "url": redis_server.url}) as t:
+        load = LoadRun(t).start()
+        await asyncio.sleep(0.8)
+        redis_server.kill()
+        await wait_for(lambda: _all(t, "degraded"), 3.0)
+        for replica in t.replicas:  # degraded shared state is no reason to stop serving
+            async with t.session.get(replica.url + "/readyz") as response:
+                assert response.status == 200
+        first, second = t.replicas
+        served = []  # first turns on replica 1 while nothing can be shared
+        for n in range(OUTAGE_CONVERSATIONS):
+            status, backend, _ = await chat(t.session, first.url, _conversation(n))
+            assert status == 200
+            served.append(backend)
+        redis_server.start()  # same port, empty: nothing survived the crash
+        await wait_for(lambda: _all(t, "ok"), 5.0)
+        await asyncio.sleep(0.5)
+        samples = await load.stop()
+
+        failed = [s for s in samples if s.status != 200]
+        assert len(samples) > 50 and not failed, f"{len(failed)} of {len(samples)} failed"
+        prefix = t.config["state"]["key_prefix"]
+        client = Redis.from_url(redis_server.url)
+        try:
+            assert await client.zcard(f"{prefix}:replicas") == 2  # both re-announced
+            blocks = [await client.zcard(f"{prefix}:pfx:{{{b}}}") for b in BACKENDS]
+            assert sum(blocks) > 0, "queued and newest prefix blocks are re-sent"
+        finally:
+            await client.aclose()
+
+        async def second_learned_them() -> bool:
+            state = await second.state(t.session)
+            return bool(state["prefix_queued_blocks"] == 0 and state["prefix_fed_blocks"] > 0)
+
+        await wait_for(second_learned_them, 3.0)
+        for n, backend in enumerate(served):
+            turn2 = [*_conversation(n), {"role": "assistant", "content": "ok"}]
+            turn2.append({"role": "user", "content": "And then?"})
+            status, again, _ = await chat(t.session, second.url, turn2)
+            assert status == 200 and again == backend, (n, backend, again)
+
+
+async def test_paused_redis_leaves_request_latency_unchanged(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    async with tier(tmp_path, {"backend": "redis", "url": redis_server.url}) as t:
+        load = LoadRun(t).start()
+        await asyncio.sleep(2.0)
+        paused_at = time.monotonic()
+        redis_server.pause()
+        try:
+            await wait_for(lambda: _all(t, "degraded"), 3.0)
+            await asyncio.sleep(max(0.0, paused_at + 5.0 - time.monotonic()))
+        finally:
+            redis_server.resume()
+        resumed_at = time.monotonic()
+        await wait_for(lambda: _all(t, "ok"), 5.0)
+        samples = await load.stop()
+
+    assert all(s.status == 200 for s in samples)
+    warm_from = samples[0].started + 0.5
+    before = [s.seconds for s in samples if warm_from <= s.started < paused_at]
+    during = [s.seconds for s in samples if paused_at <= s.started < resumed_at]
+    assert len(before) > 50 and len(during) > 100
+    base, paused = p99(before), p99(during)
+    print(f"\nlatency p99 before {base * 1000:.1f} ms, Redis paused {paused * 1000:.1f} ms")
+    # A request path waiting on Redis would add the store timeout (200 ms) or hang outright.
+    assert paused <= max(2.0 * base, base + 0.05), (base, paused)

@@ -1,0 +1,172 @@
+"""Two gateway processes sharing one Redis route as one: prefix affinity learned on one replica
+holds on the other, in-flight counts add up, and each backend is probed by one replica only,
+until it dies and the other takes over within the lease period."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.redis_server import RedisClusterServers, RedisServer
+from tests.replicas.support import (
+    BACKENDS,
+    LEASE_PERIOD_S,
+    Replica,
+    Tier,
+    chat,
+    chat_body,
+    tier,
+    wait_for,
+)
+
+CONVERSATIONS = 6  # all must stick: passing by chance is 1 in 2**6
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[RedisClusterServers]:
+    with RedisClusterServers(tmp_path / "cluster") as cluster:
+        yield cluster
+
+
+def _system_prompt(conversation: int) -> str:
+    # ~4000 tokens: uncached, the gateway predicts ~0.8 s of prefill; cached, ~0.
+    words = " ".join(f"w{conversation}-{i}" for i in range(2600))
+    return f"Conversation {conversation}. Context follows. {words}"
+
+
+async def _fed(replica: Replica, session: aiohttp.ClientSession) -> tuple[int, int]:
+    state = await replica.state(session)
+    return int(state["prefix_fed_blocks"]), int(state["prefix_queued_blocks"])
+
+
+async def _affinity_holds_across_replicas(t: Tier) -> None:
+    first, second = t.replicas
+    served_first: list[str] = []
+    for conversation in range(CONVERSATIONS):
+        turn1 = [
+            {"role": "system", "content": _system_prompt(conversation)},
+            {"role": "user", "content": "What is in the context?"},
+        ]
+        fed_before, _ = await _fed(second, t.session)
+        status, backend1, _ = await chat(t.session, first.url, turn1)
+        assert status == 200 and backend1 in BACKENDS
+        served_first.append(backend1)
+
+        async def learned(before: int = fed_before) -> bool:
+            fed, queued = await _fed(second, t.session)
+            return fed > before and queued == 0
+
+        await wait_for(learned, 3.0)
+        turn2 = [
+            *turn1,
+            {"role": "assistant", "content": "Words."},
+            {"role": "user", "content": "More?"},
+        ]
+        status, backend2, _ = await chat(t.session, second.url, turn2)
+        assert status == 200
+        assert backend2 == backend1, f"conversation {conversation}: {backend1} then {backend2}"
+    assert set(served_first) == set(BACKENDS), "both backends should have been first choices"
+
+
+async def test_first_turn_on_replica_1_gets_prefix_affinity_on_replica_2(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    async with tier(tmp_path, {"backend": "redis", "url": redis_server.url}) as t:
+        await _affinity_holds_across_replicas(t)
+
+
+async def test_affinity_across_replicas_on_a_redis_cluster(
+    tmp_path: Path, redis_cluster: RedisClusterServers
+) -> None:
+    async with tier(tmp_path, {"backend": "redis-cluster", "urls": redis_cluster.urls}) as t:
+        await _affinity_holds_across_replicas(t)
+
+
+async def _open_stream(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+    body = chat_body([{"role": "user", "content": "count slowly"}], 2000, True)
+    response = await session.post(url + "/v1/chat/completions", json=body)
+    assert response.status == 200
+    await response.content.readline()  # the first event: the request is in flight upstream
+    return response
+
+
+def _tier_total(state: dict[str, Any]) -> int:
+    return sum(int(n) for n in state["in_flight"].values())
+
+
+async def test_in_flight_counts_seen_by_both_replicas_add_up(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    async with tier(tmp_path, {"backend": "redis", "url": redis_server.url}) as t:
+        first, second = t.replicas
+        opened = [await _open_stream(t.session, first.url) for _ in range(3)]
+        opened += [await _open_stream(t.session, second.url) for _ in range(2)]
+
+        async def both_see_five() -> bool:
+            states = await t.states()
+            return all(_tier_total(s) == 5 for s in states)
+
+        await wait_for(both_see_five, 3.0)
+        own = [sum(s["own_in_flight"].values()) for s in await t.states()]
+        assert own == [3, 2]
+        for response in opened:
+            response.close()
+
+        async def both_see_none() -> bool:
+            return all(_tier_total(s) == 0 for s in await t.states())
+
+        await wait_for(both_see_none, 3.0)
+
+
+async def _leaders(t: Tier) -> dict[str, list[int]]:
+    states = await t.states()
+    return {b: [i for i, s in enumerate(states) if b in s["leads"]] for b in BACKENDS}
+
+
+async def test_each_backend_is_probed_by_one_replica_and_a_dead_prober_is_replaced(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    async with tier(tmp_path, {"backend": "redis", "url": redis_server.url}) as t:
+        leaders = await _leaders(t)
+        assert all(len(holders) == 1 for holders in leaders.values()), leaders
+        before = await t.states()
+        await asyncio.sleep(1.0)  # ~5 probe intervals
+        after = await t.states()
+        for backend, (leader,) in leaders.items():
+            follower = 1 - leader
+            probes = [
+                after[i]["probes_total"][backend] - before[i]["probes_total"][backend]
+                for i in (0, 1)
+            ]
+            assert probes[leader] >= 2 and probes[follower] == 0, (backend, probes)
+            # ...yet the follower's snapshot carries the leader's fresh measurement.
+            assert after[follower]["signal_age_s"][backend] < 1.0
+
+        victim = leaders[BACKENDS[0]][0]
+        survivor = t.replicas[1 - victim]
+        t.replicas[victim].kill()
+        killed_at = time.monotonic()
+
+        async def took_over() -> bool:
+            state = await survivor.state(t.session)
+            return all(b in state["leads"] for b in BACKENDS)
+
+        await wait_for(took_over, LEASE_PERIOD_S + 2.0, step_s=0.02)
+        takeover_s = time.monotonic() - killed_at
+        assert takeover_s <= LEASE_PERIOD_S + 0.2, f"takeover took {takeover_s:.2f}s"
+        probes_then = (await survivor.state(t.session))["probes_total"]
+        await asyncio.sleep(0.6)
+        probes_now = (await survivor.state(t.session))["probes_total"]
+        assert all(probes_now[b] > probes_then[b] for b in BACKENDS), (probes_then, probes_now)
