@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
+from gateway.explain import add_explain_routes
 from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
 from gateway.metrics import GatewayMetrics
@@ -80,6 +81,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
 
         app.cleanup_ctx.append(grpc_server_ctx)  # after the pool: stops before it closes
     add_routes(app)
+    add_explain_routes(app)
     return app
 
 

@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("loadtests.bench.cli", "load-generate against an OpenAI-compatible endpoint"),
     "sim": ("loadtests.sim.cli", "run a fleet-scale routing simulation scenario"),
     "state": ("gateway.commands.state", "inspect shared state stored in Redis"),
+    "explain": ("gateway.commands.explain", "show how a request would be routed, term by term"),
 }
 
 USAGE = "usage: meridian [--version] <command> [args...]\n\ncommands:\n" + "\n".join(

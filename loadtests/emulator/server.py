@@ -2,7 +2,9 @@
 
 Distance is emulated in user space: half the configured round trip passes before a request
 reaches the engine and every response byte leaves half a round trip after the engine produced
-it, so TTFT grows by the RTT and inter-token gaps do not.
+it, so TTFT grows by the RTT and inter-token gaps do not. The light endpoints a prober uses
+(``/v1/models``, ``/health``) pay the same round trip, so probes see the distance a routed
+request pays. ``POST /admin/rtt`` changes the round trip at run time (a region getting far).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.driver import LiveStats, RealtimeEngine
@@ -53,6 +55,7 @@ class EmulatedBackend:
     def __init__(self, config: EmulatedBackendConfig) -> None:
         self.config = config
         self.faults = config.faults
+        self.rtt_ms = config.rtt_ms  # live: /admin/rtt changes it, /admin/reset restores it
         self.rng = random.Random(config.seed)
         self.driver = RealtimeEngine(config.engine)
         self.metrics = EngineMetrics(config.models[0])
@@ -62,7 +65,7 @@ class EmulatedBackend:
 
     @property
     def half_rtt_s(self) -> float:
-        return self.config.rtt_ms / 2000.0
+        return self.rtt_ms / 2000.0
 
     def next_seq_id(self) -> int:
         self._next_seq += 1
@@ -124,8 +127,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, Endpoint.COMPLETION)
 
 
+async def _round_trip(backend: EmulatedBackend) -> None:
+    """A light request's two half trips, for endpoints that answer at once."""
+    if backend.rtt_ms > 0:
+        await asyncio.sleep(2 * backend.half_rtt_s)
+
+
 async def list_models(request: web.Request) -> web.Response:
     config = request.app[BACKEND].config
+    await _round_trip(request.app[BACKEND])
     body = models_body(
         tuple(config.models), request.app[BACKEND].created, config.engine.max_model_len
     )
@@ -133,6 +143,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
+    await _round_trip(request.app[BACKEND])
     return web.Response(status=200)
 
 
@@ -157,10 +168,28 @@ async def admin_faults(request: web.Request) -> web.Response:
     return web.Response(body=backend.faults.model_dump_json().encode(), content_type=JSON)
 
 
+class RttChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rtt_ms: float = Field(ge=0, description="round trip added in user space from now on")
+
+
+async def admin_rtt(request: web.Request) -> web.Response:
+    """Set the emulated round trip; requests already past their first half keep the old one."""
+    backend = request.app[BACKEND]
+    try:
+        change = RttChange.model_validate_json(await request.read() or b"{}")
+    except ValidationError as exc:
+        return error_response(bad_request(f"invalid rtt: {exc}"))
+    backend.rtt_ms = change.rtt_ms
+    return web.Response(body=orjson.dumps({"rtt_ms": backend.rtt_ms}), content_type=JSON)
+
+
 async def admin_reset(request: web.Request) -> web.Response:
-    """Clear faults, counters, the engine and its prefix cache; reseed the RNG."""
+    """Clear faults, counters, the engine and its prefix cache; reseed the RNG; config RTT."""
     backend = request.app[BACKEND]
     backend.faults = backend.config.faults
+    backend.rtt_ms = backend.config.rtt_ms
     backend.rng = random.Random(backend.config.seed)
     backend.driver.reset()
     backend.stats.reset()
@@ -188,6 +217,7 @@ def build_app(config: EmulatedBackendConfig) -> web.Application:
     app.router.add_get("/admin/stats", admin_stats)
     app.router.add_post("/admin/faults", admin_faults)
     app.router.add_post("/admin/reset", admin_reset)
+    app.router.add_post("/admin/rtt", admin_rtt)
     return app
 
 
@@ -209,6 +239,9 @@ class RunningEmulator:
 
     def set_faults(self, faults: FaultConfig) -> None:
         self._backend.faults = faults
+
+    def set_rtt_ms(self, rtt_ms: float) -> None:
+        self._backend.rtt_ms = rtt_ms
 
     async def close(self) -> None:
         self._backend.driver.close()

@@ -1,0 +1,358 @@
+"""Explain a routing decision: every candidate, each predicted-TTFT term, its signal's age, and
+why it was chosen, ranked, filtered or ejected.
+
+``GET /v1/meridian/route?model=M&prompt=TEXT[&origin=REGION|IP][&tenant=T][&max_tokens=N]``
+explains a one-message chat request; ``POST /v1/meridian/route[?origin=...]`` explains a whole
+OpenAI chat or completions body. The profile is built by the same code as a real request
+(:func:`gateway.inbound.parse_inbound`) and the live router's ``explain`` is called on the live
+fleet snapshot: nothing is reserved, no learned state and no random sequence moves.
+
+Access (there is no auth yet): the endpoint answers only clients connected from a loopback
+address *and* sending no proxy headers (``X-Forwarded-For``, ``Forwarded``, ``X-Real-IP``). A
+reverse proxy on the same host forwards client requests from loopback too, but it adds those
+headers, so outside callers never reach it through a proxy. Everyone else gets 403. The report
+carries no prompt text.
+
+:func:`explain_report` is shared with ``meridian explain`` (which builds its own router and
+hub from a config file); :func:`render_text` is the human-readable form of a report.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.errors import ApiError, bad_request
+from gateway.fleet import FleetView
+from gateway.inbound import Endpoint, parse_inbound, tenant_from
+from gateway.signals.forwarded import parse_ip
+from gateway.signals.geo import ClientGeo
+from gateway.state_keys import RELAY
+from routing.predictor import CONFIGURED
+from routing.types import BackendState, Candidate, Decision, PolicyRouter, RequestProfile
+
+EXPLAIN_PATH = "/v1/meridian/route"
+_PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
+
+Json = dict[str, Any]
+
+
+def _age(now: float, at: float | None) -> float | None:
+    return None if at is None else round(max(0.0, now - at), 3)
+
+
+def _term_age(age: float) -> float | str:
+    return "config" if age == CONFIGURED else round(age, 3)
+
+
+def _signals(state: BackendState, now: float) -> Json:
+    """The raw signals behind a backend's terms, with their ages (seconds; None = never)."""
+    return {
+        "probe_rtt_ms": None if state.rtt_ms is None else round(state.rtt_ms, 2),
+        "probe_age_s": _age(now, state.rtt_as_of),
+        "running": state.running,
+        "waiting": state.waiting,
+        "kv_cache_usage": state.kv_cache_usage,
+        "metrics_age_s": _age(now, state.metrics_as_of),
+        "in_flight": state.in_flight,
+        "last_traffic_age_s": _age(now, state.last_traffic_at),
+        "healthy": state.healthy,
+        "ejected_for_s": None
+        if state.ejected_until is None or state.ejected_until <= now
+        else round(state.ejected_until - now, 2),
+    }
+
+
+def _terms(candidate: Candidate) -> Json:
+    return {
+        name: {
+            "ms": round(ms, 3),
+            "spread_ms": round(candidate.term_spread_ms.get(name, 0.0), 3),
+            "age_s": _term_age(candidate.term_age_s.get(name, CONFIGURED)),
+        }
+        for name, ms in candidate.terms_ms.items()
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _candidate(rank: int, candidate: Candidate, state: BackendState | None, now: float) -> Json:
+    spec = state.spec if state is not None else None
+    return {
+        "rank": rank,
+        "backend": candidate.backend,
+        "region": spec.region if spec is not None else None,
+        "kind": spec.kind.value if spec is not None else None,
+        "chosen": rank == 1,
+        "score": _rounded(candidate.score),
+        "predicted_ttft_ms": _rounded(candidate.predicted_ttft_ms),
+        "predicted_ttft_p90_ms": _rounded(candidate.predicted_ttft_p90_ms),
+        "predicted_e2e_ms": _rounded(candidate.predicted_e2e_ms),
+        "cached_tokens": candidate.cached_tokens,
+        "terms": _terms(candidate),
+        "signals": None if state is None else _signals(state, now),
+        "why": candidate.reason,
+    }
+
+
+def _origin(geo: ClientGeo | None, requested: str | None) -> Json:
+    if geo is None:
+        return {"region": requested, "source": "given"}
+    return {
+        "region": geo.origin,
+        "source": geo.source.value,
+        "country": geo.country,
+        "continent": geo.continent,
+        "region_rtt_ms": {k: round(v, 1) for k, v in sorted(geo.region_rtt_ms.items())},
+        "reason": geo.reason,
+    }
+
+
+def explain_report(
+    router: PolicyRouter,
+    fleet: FleetView,
+    profile: RequestProfile,
+    geo: ClientGeo | None,
+    now: float | None = None,
+) -> Json:
+    """A JSON-able explanation of how ``router`` would route ``profile`` right now."""
+    now = time.monotonic() if now is None else now
+    snapshot = fleet.snapshot()
+    decision: Decision = router.explain(profile, snapshot, now)
+    health = fleet.health()
+    states = snapshot.backends
+    filtered = []
+    for rejection in decision.rejected:
+        state = states.get(rejection.backend)
+        entry: Json = {"backend": rejection.backend, "filter": rejection.filter}
+        entry["why"] = rejection.reason
+        entry["signals"] = None if state is None else _signals(state, now)
+        filtered.append(entry)
+    return {
+        "policy": decision.policy,
+        "model": profile.model,
+        "tenant": profile.tenant,
+        "gateway_region": snapshot.gateway_region,
+        "origin": _origin(geo, profile.origin),
+        "profile": {
+            "prompt_tokens": profile.prompt_tokens,
+            "prefix_blocks": len(profile.prefix_hashes),
+            "max_tokens": profile.max_tokens,
+            "latency_class": profile.latency_class.value,
+            "allowed_regions": None
+            if profile.allowed_regions is None
+            else sorted(profile.allowed_regions),
+        },
+        "snapshot_age_s": _age(now, snapshot.taken_at),
+        "panic": health.panic,
+        "ejected": sorted(health.ejected_until),
+        "chosen": decision.chosen.backend if decision.chosen else None,
+        "candidates": [
+            _candidate(rank, c, states.get(c.backend), now)
+            for rank, c in enumerate(decision.ranked, start=1)
+        ],
+        "filtered": filtered,
+        "note": decision.note,
+    }
+
+
+# -- building the request to explain ---------------------------------------------------------
+
+
+def known_regions(fleet: FleetView, configured: list[str]) -> set[str]:
+    regions = set(configured)
+    regions.update(s.spec.region for s in fleet.snapshot().backends.values())
+    return regions
+
+
+def resolve_origin(
+    fleet: FleetView, origin: str | None, regions: set[str]
+) -> tuple[str | None, ClientGeo | None]:
+    """``origin`` as a region name, or an address to locate with GeoIP; None: unknown."""
+    if origin is None:
+        geo = fleet.locate(None, None)
+        return geo.origin, geo
+    if origin in regions:
+        return origin, None
+    address = parse_ip(origin)
+    if address is None:
+        known = ", ".join(sorted(regions))
+        raise bad_request(f"'origin' must be a region ({known}) or an IP address", "origin")
+    geo = fleet.locate(str(address), None)
+    return geo.origin, geo
+
+
+def body_from_prompt(model: str, prompt: str, max_tokens: int | None) -> bytes:
+    body: Json = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return orjson.dumps(body)
+
+
+def endpoint_of(body: bytes) -> Endpoint:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(
+            f"request body is not valid JSON: {exc.msg}", code="invalid_json"
+        ) from None
+    if isinstance(payload, Mapping) and "prompt" in payload and "messages" not in payload:
+        return Endpoint.COMPLETIONS
+    return Endpoint.CHAT
+
+
+def build_profile(
+    body: bytes, tenant: str, origin: str | None, known_models: frozenset[str]
+) -> RequestProfile:
+    inbound = parse_inbound(
+        endpoint_of(body),
+        body,
+        request_id="explain",
+        tenant=tenant,
+        origin=origin,
+        known_models=known_models,
+        received_at=time.perf_counter(),
+    )
+    return inbound.profile
+
+
+# -- HTTP ------------------------------------------------------------------------------------
+
+
+def _is_local_admin(request: web.Request) -> bool:
+    if any(name in request.headers for name in _PROXY_HEADERS):
+        return False
+    peer = parse_ip(request.remote)
+    return isinstance(peer, ipaddress.IPv4Address | ipaddress.IPv6Address) and peer.is_loopback
+
+
+def _query_int(request: web.Request, key: str) -> int | None:
+    raw = request.query.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"'{key}' must be an integer", key) from None
+    if value < 1:
+        raise bad_request(f"'{key}' must be a positive integer", key)
+    return value
+
+
+async def _request_body(request: web.Request) -> bytes:
+    if request.method == "POST":
+        return await request.read()
+    model, prompt = request.query.get("model"), request.query.get("prompt")
+    if not model:
+        raise bad_request("'model' query parameter is required", "model")
+    if prompt is None:
+        raise bad_request("'prompt' query parameter is required (or POST a request body)", "prompt")
+    return body_from_prompt(model, prompt, _query_int(request, "max_tokens"))
+
+
+async def explain_route(request: web.Request) -> web.Response:
+    if not _is_local_admin(request):
+        raise ApiError(
+            403,
+            "route explanations are served only to loopback clients without proxy headers",
+            "permission_error",
+            "admin_only",
+        )
+    relay = request.app[RELAY]
+    config = relay.config  # the current one: a reload swaps it
+    router: PolicyRouter = relay.router
+    regions = known_regions(relay.fleet, [r.name for r in config.regions])
+    origin, geo = resolve_origin(relay.fleet, request.query.get("origin"), regions)
+    tenant = tenant_from(request.query.get("tenant") or request.headers.get("X-Meridian-Tenant"))
+    profile = build_profile(await _request_body(request), tenant, origin, relay.known_models)
+    report = explain_report(router, relay.fleet, profile, geo)
+    return web.Response(
+        body=orjson.dumps(report, option=orjson.OPT_INDENT_2),
+        content_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+def add_explain_routes(app: web.Application) -> None:
+    app.router.add_get(EXPLAIN_PATH, explain_route)
+    app.router.add_post(EXPLAIN_PATH, explain_route)
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.1f}"
+
+
+def _age_text(value: Any) -> str:
+    if value is None:
+        return "never"
+    return "config" if value == "config" else f"{float(value):.1f}s"
+
+
+def _ago(value: Any) -> str:
+    return "never" if value is None else f"{float(value):.1f}s ago"
+
+
+def _term_line(terms: Mapping[str, Json]) -> str:
+    return "  ".join(
+        f"{name} {t['ms']:.1f}±{t['spread_ms']:.1f} ({_age_text(t['age_s'])})"
+        for name, t in terms.items()
+    )
+
+
+def _signal_line(signals: Json | None) -> str:
+    if signals is None:
+        return "no signals"
+    queue = "-" if signals["running"] is None else f"{signals['running']}+{signals['waiting']}"
+    text = (
+        f"probe rtt {_ms(signals['probe_rtt_ms'])} ms ({_age_text(signals['probe_age_s'])})  "
+        f"engine run+wait {queue} ({_age_text(signals['metrics_age_s'])})  "
+        f"in flight {signals['in_flight']}  "
+        "last traffic " + _ago(signals["last_traffic_age_s"])
+    )
+    if signals["ejected_for_s"] is not None:
+        text += f"  EJECTED for {signals['ejected_for_s']:.1f}s"
+    return text
+
+
+def render_text(report: Json) -> str:
+    origin, profile = report["origin"], report["profile"]
+    lines = [
+        f"policy {report['policy']}  model {report['model']}  tenant {report['tenant']}  "
+        f"gateway region {report['gateway_region'] or '-'}",
+        f"origin {origin['region'] or 'unknown'} ({origin['source']}"
+        + (f", {origin['country']}" if origin.get("country") else "")
+        + (f": {origin['reason']}" if origin.get("reason") else "")
+        + ")",
+        f"request {profile['prompt_tokens']} prompt tokens, {profile['prefix_blocks']} prefix "
+        f"blocks, {profile['latency_class']}, max_tokens {profile['max_tokens'] or '-'}",
+    ]
+    if report["panic"]:
+        lines.append("PANIC MODE: too few healthy backends, health is ignored")
+    lines.append("")
+    for c in report["candidates"]:
+        mark = "*" if c["chosen"] else " "
+        lines.append(
+            f"{c['rank']:>2}{mark} {c['backend']}  [{c['region']}, {c['kind']}]  "
+            f"predicted TTFT {_ms(c['predicted_ttft_ms'])} ms (p90 {_ms(c['predicted_ttft_p90_ms'])})"
+            f"  score {_ms(c['score'])}  cached {c['cached_tokens']} tokens"
+        )
+        if c["terms"]:
+            lines.append("     terms: " + _term_line(c["terms"]))
+        lines.append("     signals: " + _signal_line(c["signals"]))
+        lines.append("     why: " + c["why"])
+    for f in report["filtered"]:
+        lines.append(f"  x {f['backend']}  filtered by {f['filter']}: {f['why']}")
+        lines.append("     signals: " + _signal_line(f["signals"]))
+    if report["note"]:
+        lines.append(report["note"])
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Issue 5 acceptance on two identical backends (real processes): prefix affinity as a term of
+the TTFT prediction, and outlier ejection with readmission on the configured schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.acceptance.conftest import Launch, Stack
+from tests.acceptance.harness import Node, admin, chat, explain, wait_for_signals
+from tests.acceptance.workload import table, unique_prompt, user
+
+FLEET = Path(__file__).parent / "fleets" / "pair.yaml"
+MODEL = "m"
+SYSTEM_TOKENS = 3000  # 600 ms of prefill at 5000 tokens/s when not cached
+BASE_EJECTION_S = 1.0
+CONSECUTIVE_FAILURES = 3
+
+
+@pytest.fixture(scope="module")
+def pair(launch: Launch) -> Stack:
+    signals: dict[str, Any] = {
+        "probes": {"interval_s": 1.0},
+        "engine_metrics": {"interval_s": 0.3},
+        "tick_interval_s": 0.05,
+        "outlier": {
+            "consecutive_failures": CONSECUTIVE_FAILURES,
+            "base_ejection_s": BASE_EJECTION_S,
+            "max_ejection_s": 10.0,
+            "interval_s": 30.0,
+            "max_ejection_percent": 50.0,
+            "panic_threshold": 0.2,
+        },
+    }
+    return launch(FLEET, "us-east", signals)
+
+
+async def test_a_cached_conversation_stays_until_its_backend_is_overloaded(pair: Stack):
+    system = {"role": "system", "content": unique_prompt(SYSTEM_TOKENS)}
+    conversation = [system]
+    route: list[tuple[str, str | None, int | None, float | None]] = []
+    async with aiohttp.ClientSession() as session:
+        await wait_for_signals(session, pair.gateway, MODEL)
+        for turn in range(5):
+            conversation.append({"role": "user", "content": f"question {turn}"})
+            reply = await chat(session, pair.gateway, MODEL, conversation)
+            route.append(
+                (f"turn {turn}", reply.backend, reply.cached_tokens, reply.predicted_ttft_ms)
+            )
+            conversation.append({"role": "assistant", "content": f"answer {turn}"})
+        home = route[0][1]
+        assert home is not None
+        load = asyncio.gather(*(_long_request(session, pair.nodes[home]) for _ in range(12)))
+        await _until_queue_seen(session, pair.gateway, home)
+        conversation.append({"role": "user", "content": "question under load"})
+        loaded = await chat(session, pair.gateway, MODEL, conversation)
+        route.append(("under load", loaded.backend, loaded.cached_tokens, loaded.predicted_ttft_ms))
+        await load
+    print(table("conversation route", ["request", "backend", "cached", "predicted_ms"], route))
+    assert all(backend == home for _, backend, _, _ in route[:5]), route
+    assert all((cached or 0) >= SYSTEM_TOKENS - 64 for _, _, cached, _ in route[1:5]), route
+    assert loaded.backend is not None and loaded.backend != home, route
+
+
+async def _long_request(session: aiohttp.ClientSession, node: Node) -> None:
+    """Load straight to one backend, around the gateway: only its metrics page shows it."""
+    body = {"model": MODEL, "messages": user(unique_prompt(SYSTEM_TOKENS)), "max_tokens": 60}
+    async with session.post(f"{node.url}/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200
+        await resp.read()
+
+
+async def _until_queue_seen(session: aiohttp.ClientSession, gateway: str, backend: str) -> None:
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        report = await explain(session, gateway, MODEL, "probe the queue")
+        rows = {c["backend"]: c for c in report["candidates"] + report["filtered"]}
+        if (rows[backend]["signals"]["waiting"] or 0) >= 4:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the gateway never saw {backend}'s queue")
+
+
+async def test_a_failing_backend_is_ejected_and_readmitted_on_schedule(pair: Stack):
+    alpha = pair.nodes["alpha"]
+    async with aiohttp.ClientSession() as session:
+        for node in pair.nodes.values():
+            await admin(session, node, "reset")
+        await wait_for_signals(session, pair.gateway, MODEL)
+        await admin(session, alpha, "faults", {"error_rate": 1.0})
+        traffic = asyncio.create_task(_steady_traffic(session, pair.gateway))
+        try:
+            first = await _ejection_window(session, pair.gateway, "alpha")
+            healed = admin(session, alpha, "faults", {})  # while out: readmitted healthy
+            second = await _ejection_window(session, pair.gateway, "alpha", healed)
+            windows = [first, second]
+            served_by_alpha = await _until_served_by(session, pair.gateway, "alpha", 8.0)
+        finally:
+            traffic.cancel()
+    durations = [end - start for start, end, _ in windows]
+    print(table("alpha answering 500s", ["ejection", "seconds out", "attempts while out"], [
+        (n + 1, d, w[2]) for n, (d, w) in enumerate(zip(durations, windows, strict=True))
+    ]))  # fmt: skip
+    # Readmission by schedule: base x ejections (1 s, then 2 s); tick and polling add < 0.3 s.
+    assert durations[0] == pytest.approx(BASE_EJECTION_S, abs=0.3)
+    assert durations[1] == pytest.approx(2 * BASE_EJECTION_S, abs=0.3)
+    assert all(attempts == 0 for _, _, attempts in windows), windows
+    assert served_by_alpha
+
+
+async def _steady_traffic(session: aiohttp.ClientSession, gateway: str) -> None:
+    while True:
+        reply = await chat(session, gateway, MODEL, user(unique_prompt(50)))
+        assert reply.status == 200  # alpha's failures fall back to beta: clients never see them
+        await asyncio.sleep(0.02)
+
+
+async def _ejected(session: aiohttp.ClientSession, gateway: str) -> list[str]:
+    async with session.get(f"{gateway}/readyz") as resp:
+        body = await resp.json()
+    ejected: list[str] = body["backends_ejected"]
+    return ejected
+
+
+async def _ejection_window(
+    session: aiohttp.ClientSession,
+    gateway: str,
+    backend: str,
+    while_out: Awaitable[object] | None = None,
+) -> tuple[float, float, int]:
+    """Wait for ``backend``'s next ejection; (ejected at, readmitted at, attempts while out)."""
+    start = await _poll(lambda ej: backend in ej, session, gateway, 10.0)
+    counted = await _attempts(session, gateway, backend)
+    if while_out is not None:
+        await while_out
+    end = await _poll(lambda ej: backend not in ej, session, gateway, 10.0)
+    during = await _attempts(session, gateway, backend) - counted
+    return start, end, during
+
+
+async def _poll(
+    condition: Any, session: aiohttp.ClientSession, gateway: str, timeout_s: float
+) -> float:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition(await _ejected(session, gateway)):
+            return time.monotonic()
+        await asyncio.sleep(0.02)
+    raise AssertionError("ejection state did not change in time")
+
+
+async def _attempts(session: aiohttp.ClientSession, gateway: str, backend: str) -> int:
+    """Upstream attempts the gateway made on ``backend`` (all outcomes), from /metrics."""
+    async with session.get(f"{gateway}/metrics") as resp:
+        text = await resp.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("meridian_upstream_attempts_total{") and f'backend="{backend}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+async def _until_served_by(
+    session: aiohttp.ClientSession, gateway: str, backend: str, timeout_s: float
+) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reply = await chat(session, gateway, MODEL, user(unique_prompt(50)))
+        if reply.backend == backend:
+            return True
+        await asyncio.sleep(0.05)
+    return False
