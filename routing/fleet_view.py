@@ -1,14 +1,17 @@
-"""A ``FleetSnapshot`` as columns: per-backend numbers in numpy arrays, built once per snapshot.
+"""A ``FleetSnapshot`` as columns: per-backend numbers in numpy arrays, kept current cheaply.
 
-A snapshot is built off the request path and shared by many decisions; turning it into arrays
-once lets every decision score 100 backends with a handful of vector operations instead of a
-Python loop per backend. Missing signals are NaN so the predictor can fall back explicitly.
+A decision scores every backend with a handful of vector operations instead of a Python loop
+per backend, so the snapshot is turned into arrays. The gateway rebuilds its snapshot whenever
+an in-flight count changes (every request), but it reuses the ``BackendState`` objects of the
+backends that did not change. So a new snapshot with the same backends and specs *refreshes*
+the view in place: only rows whose state object changed are rewritten, and ``changed`` says
+which, so consumers that cache per-row work (load, predictor) redo just those rows.
+Missing signals are NaN so the predictor can fall back explicitly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -20,27 +23,33 @@ Mask = npt.NDArray[np.bool_]
 Rows = npt.NDArray[np.intp]
 
 _NAN = float("nan")
+_INF = float("inf")
+_STATE_COLUMNS = (
+    "ejected_until", "in_flight", "running", "waiting", "kv_cache_usage", "metrics_as_of",
+    "running0", "waiting0", "rtt_ms", "rtt_as_of", "last_traffic_at",
+)  # fmt: skip
+_STATE_MASKS = ("healthy", "circuit_open", "has_metrics", "rtt_measured")
 
 
-def _opt(value: float | int | None) -> float:
+def _opt(value: float | None) -> float:
     return _NAN if value is None else float(value)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class FleetView:
+    """Columns of one fleet layout (backends + specs); state columns follow each snapshot.
+
+    Not a value: ``refresh`` mutates the state columns. ``version`` counts refreshes and
+    ``changed`` lists the rows the latest one rewrote (every row right after building).
+    """
+
+    __slots__ = (
+        "fleet", "names", "index", "specs", "states", "regions", "serverless", "gateway", "gateway_rows",
+        "max_num_seqs", "prefill_rate", "itl_ms", "overhead_ms", "cold_start_ms",
+        "idle_timeout_s", "version", "changed", "memo", *_STATE_COLUMNS, *_STATE_MASKS,
+        "downstream_ttft", "downstream_as_of",
+    )  # fmt: skip
+
     fleet: FleetSnapshot
-    names: tuple[str, ...]
-    index: Mapping[str, int]
-    specs: tuple[BackendSpec, ...]
-    states: tuple[BackendState, ...]
-    regions: tuple[str, ...]
-    serverless: Mask
-    max_num_seqs: F64
-    prefill_rate: F64
-    itl_ms: F64
-    overhead_ms: F64
-    cold_start_ms: F64
-    idle_timeout_s: F64  # inf: always warm
     healthy: Mask
     ejected_until: F64  # -inf: not ejected
     circuit_open: Mask
@@ -56,81 +65,121 @@ class FleetView:
     rtt_measured: Mask
     rtt_as_of: F64
     last_traffic_at: F64  # NaN: never seen traffic
-    memo: dict[Hashable, object] = field(default_factory=dict)
+
+    def __init__(self, fleet: FleetSnapshot) -> None:
+        names = tuple(sorted(fleet.backends))
+        states = [fleet.backends[name] for name in names]
+        specs = tuple(state.spec for state in states)
+        size = len(names)
+        self.fleet = fleet
+        self.names = names
+        self.index: Mapping[str, int] = {name: row for row, name in enumerate(names)}
+        self.specs = specs
+        self.states = states
+        self.regions = tuple(spec.region for spec in specs)
+        self.serverless: Mask = np.array([s.kind is BackendKind.SERVERLESS for s in specs], bool)
+        self.gateway: Mask = np.array([s.kind is BackendKind.GATEWAY for s in specs], bool)
+        self.gateway_rows: list[int] = np.flatnonzero(self.gateway).tolist()
+        self.max_num_seqs = _spec_column(specs, lambda s: max(1.0, float(s.max_num_seqs)))
+        self.prefill_rate = _spec_column(specs, lambda s: s.prefill_tokens_per_s)
+        self.itl_ms = _spec_column(specs, lambda s: s.itl_ms)
+        self.overhead_ms = _spec_column(specs, lambda s: s.first_token_overhead_ms)
+        self.cold_start_ms = _spec_column(specs, lambda s: s.cold_start_ms)
+        self.idle_timeout_s = _spec_column(
+            specs, lambda s: _INF if s.idle_timeout_s is None else s.idle_timeout_s
+        )
+        for name in _STATE_COLUMNS:
+            setattr(self, name, np.zeros(size))
+        for name in _STATE_MASKS:
+            setattr(self, name, np.zeros(size, np.bool_))
+        # Gateway-kind backends only: what the remote reports per model, and since when.
+        self.downstream_ttft: list[Mapping[str, float] | None] = [None] * size
+        self.downstream_as_of = np.full(size, _NAN)
+        self.memo: dict[Hashable, object] = {}
+        self.version = 0
+        self.changed: Sequence[int] = range(size)
+        for row, state in enumerate(states):
+            self._write(row, state)
 
     def __len__(self) -> int:
         return len(self.names)
 
     def remember(self, key: Hashable, build: Callable[[], object]) -> object:
-        """Per-snapshot cache for things that depend only on the snapshot (and ``key``)."""
+        """Cache for things that depend only on the layout (names and specs) and ``key``."""
         if key not in self.memo:
             self.memo[key] = build()
         return self.memo[key]
 
+    def changed_since(self, version: int) -> Sequence[int] | None:
+        """Rows rewritten after ``version``; None if that is not known (redo every row)."""
+        if version == self.version:
+            return ()
+        return self.changed if version == self.version - 1 else None
 
-def _column(states: tuple[BackendState, ...], get: Callable[[BackendState], float]) -> F64:
-    return np.fromiter((get(s) for s in states), dtype=np.float64, count=len(states))
+    def refresh(self, fleet: FleetSnapshot) -> bool:
+        """Follow ``fleet`` in place; False (and nothing changed) if its layout differs."""
+        backends = fleet.backends
+        if len(backends) != len(self.names) or fleet.gateway_region != self.fleet.gateway_region:
+            return False
+        try:
+            states = [backends[name] for name in self.names]
+        except KeyError:
+            return False
+        old, specs = self.states, self.specs
+        changed = [row for row in range(len(states)) if states[row] is not old[row]]
+        for row in changed:
+            spec = states[row].spec
+            if spec is not specs[row] and spec != specs[row]:
+                return False
+        if fleet.region_rtt_ms != self.fleet.region_rtt_ms:
+            changed = list(range(len(states)))  # the RTT fallback of any row may move
+        self.fleet, self.states = fleet, states
+        for row in changed:
+            self._write(row, states[row])
+        self.version += 1
+        self.changed = changed
+        return True
+
+    def _write(self, row: int, s: BackendState) -> None:
+        running, waiting = s.running, s.waiting
+        self.healthy[row] = s.healthy
+        self.ejected_until[row] = -_INF if s.ejected_until is None else s.ejected_until
+        self.circuit_open[row] = s.circuit_open
+        self.in_flight[row] = s.in_flight
+        self.running[row] = _opt(running)
+        self.waiting[row] = _opt(waiting)
+        self.has_metrics[row] = running is not None
+        self.running0[row] = 0.0 if running is None else running
+        self.waiting0[row] = 0.0 if waiting is None else waiting
+        self.kv_cache_usage[row] = _opt(s.kv_cache_usage)
+        self.metrics_as_of[row] = s.as_of if s.metrics_as_of is None else s.metrics_as_of
+        rtt = s.rtt_ms
+        self.rtt_measured[row] = rtt is not None
+        if rtt is None:
+            rtt = self.fleet.region_rtt_ms.get(s.spec.region, _NAN)
+        self.rtt_ms[row] = rtt
+        self.rtt_as_of[row] = s.as_of if s.rtt_as_of is None else s.rtt_as_of
+        self.last_traffic_at[row] = _opt(s.last_traffic_at)
+        self.downstream_ttft[row] = s.downstream_ttft_ms
+        self.downstream_as_of[row] = s.as_of if s.downstream_as_of is None else s.downstream_as_of
 
 
-def _rtt(state: BackendState, fleet: FleetSnapshot) -> float:
-    if state.rtt_ms is not None:
-        return state.rtt_ms
-    return fleet.region_rtt_ms.get(state.spec.region, _NAN)
+def _spec_column(specs: tuple[BackendSpec, ...], get: Callable[[BackendSpec], float]) -> F64:
+    return np.fromiter((get(s) for s in specs), dtype=np.float64, count=len(specs))
 
 
 def build_view(fleet: FleetSnapshot) -> FleetView:
-    names = tuple(sorted(fleet.backends))
-    running = _column(tuple(fleet.backends[n] for n in names), lambda s: _opt(s.running))
-    waiting = _column(tuple(fleet.backends[n] for n in names), lambda s: _opt(s.waiting))
-    states = tuple(fleet.backends[name] for name in names)
-    specs = tuple(state.spec for state in states)
-    inf = float("inf")
-    return FleetView(
-        fleet=fleet,
-        names=names,
-        index={name: row for row, name in enumerate(names)},
-        specs=specs,
-        states=states,
-        regions=tuple(spec.region for spec in specs),
-        serverless=np.array([s.kind is BackendKind.SERVERLESS for s in specs], dtype=np.bool_),
-        max_num_seqs=_column(states, lambda s: max(1.0, float(s.spec.max_num_seqs))),
-        prefill_rate=_column(states, lambda s: s.spec.prefill_tokens_per_s),
-        itl_ms=_column(states, lambda s: s.spec.itl_ms),
-        overhead_ms=_column(states, lambda s: s.spec.first_token_overhead_ms),
-        cold_start_ms=_column(states, lambda s: s.spec.cold_start_ms),
-        idle_timeout_s=_column(
-            states, lambda s: inf if s.spec.idle_timeout_s is None else s.spec.idle_timeout_s
-        ),
-        healthy=np.array([s.healthy for s in states], dtype=np.bool_),
-        ejected_until=_column(
-            states, lambda s: -inf if s.ejected_until is None else s.ejected_until
-        ),
-        circuit_open=np.array([s.circuit_open for s in states], dtype=np.bool_),
-        in_flight=_column(states, lambda s: float(s.in_flight)),
-        running=running,
-        waiting=waiting,
-        kv_cache_usage=_column(states, lambda s: _opt(s.kv_cache_usage)),
-        metrics_as_of=_column(
-            states, lambda s: s.as_of if s.metrics_as_of is None else s.metrics_as_of
-        ),
-        has_metrics=~np.isnan(running),
-        running0=np.nan_to_num(running),
-        waiting0=np.nan_to_num(waiting),
-        rtt_ms=_column(states, lambda s: _rtt(s, fleet)),
-        rtt_measured=np.array([s.rtt_ms is not None for s in states], dtype=np.bool_),
-        rtt_as_of=_column(states, lambda s: s.as_of if s.rtt_as_of is None else s.rtt_as_of),
-        last_traffic_at=_column(states, lambda s: _opt(s.last_traffic_at)),
-    )
+    return FleetView(fleet)
 
 
 class ViewCache:
-    """Keeps the view of the last snapshot seen; a new snapshot object means a new view."""
+    """Keeps the view of the last snapshot seen, refreshed in place while its layout holds."""
 
     def __init__(self) -> None:
         self._view: FleetView | None = None
 
     def get(self, fleet: FleetSnapshot) -> FleetView:
         view = self._view
-        if view is None or view.fleet is not fleet:
-            view = self._view = build_view(fleet)
+        if view is None or (view.fleet is not fleet and not view.refresh(fleet)):
+            view = self._view = FleetView(fleet)
         return view

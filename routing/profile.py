@@ -69,6 +69,7 @@ def _profile(
         latency_class=_latency_class(max_tokens, latency_class, long_form_min_tokens),
         deadline_s=deadline_s,
         allowed_regions=allowed_regions,
+        block_tokens=block_tokens,
     )
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from routing.prefix import DEFAULT_BLOCK_TOKENS
+
 
 class BackendKind(StrEnum):
     DEDICATED = "dedicated"
@@ -62,6 +64,12 @@ class BackendState:
     # Ages of individual signals, when they come from different sources than ``as_of``.
     rtt_as_of: float | None = None  # when ``rtt_ms`` was measured (defaults to ``as_of``)
     metrics_as_of: float | None = None  # when running/waiting/kv were scraped (``as_of``)
+    # Gateway-kind backends (another Meridian): per model, the TTFT its best local backend
+    # would give a request with nothing to prefill (its RTT + queue + cold start + first-token
+    # overhead), as that gateway reports it; routing adds the RTT to it and the prefill of
+    # the uncached prompt. None: no report (the backend is then modelled like any other).
+    downstream_ttft_ms: Mapping[str, float] | None = None
+    downstream_as_of: float | None = None  # when that report was made (defaults to ``as_of``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +99,10 @@ class RequestProfile:
     # Data residency: regions this request may be served from (None = any). The gateway
     # resolves its placement policy (per tenant / per origin) into this set.
     allowed_regions: frozenset[str] | None = None
+    # Tokens per block of ``prefix_hashes``. A router whose prefix index uses a multiple of
+    # this reads every k-th hash (a chained hash names its whole prefix); any other size
+    # cannot be matched, and affinity is then ignored rather than miscounted.
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +161,7 @@ class Observation:
     predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
     queue_wait_ms: float | None = None  # when the backend reports it (Server-Timing)
     cold_start: bool | None = None  # when the backend says this request hit a cold start
+    block_tokens: int = DEFAULT_BLOCK_TOKENS  # of ``prefix_hashes`` (see RequestProfile)
 
 
 class Router(Protocol):

@@ -1,21 +1,42 @@
-"""Turn scores into ranked ``Candidate`` values with the reason each won or lost."""
+"""Turn scores into ranked ``Candidate`` values with the reason each won or lost.
+
+Only the candidates a decision returns are built (``max_ranked``, a few), and only for them is
+the prediction broken down into ages, spreads and a p90.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from routing.fleet_view import F64, FleetView, Rows
+from routing.pipeline.lazy_candidate import LazyCandidate, RankContext
 from routing.pipeline.scoring import Scores
-from routing.predictor import TERMS
 from routing.types import Candidate, Decision, Rejection
+
+_PARTITION_FROM = 256  # below this many candidates a full stable sort is as cheap
 
 
 def rank(values: F64, chosen: int, limit: int | None) -> list[int]:
     """Positions in rank order: the chosen one first, then the rest by score (stable)."""
-    order: list[int] = np.argsort(values, kind="stable").tolist()
-    order.remove(chosen)
+    size = len(values)
+    if limit is None or size < _PARTITION_FROM or limit >= size:
+        order: list[int] = np.argsort(values, kind="stable").tolist()
+    else:
+        order = _smallest(values, limit)
+    if chosen in order:
+        order.remove(chosen)
     order.insert(0, chosen)
     return order if limit is None else order[:limit]
+
+
+def _smallest(values: F64, count: int) -> list[int]:
+    """The first ``count`` positions of a stable argsort, without sorting everything."""
+    threshold = np.partition(values, count - 1)[count - 1]
+    if threshold != threshold:  # NaN among the smallest: let the full sort order them
+        return list(np.argsort(values, kind="stable").tolist())
+    near = np.flatnonzero(values <= threshold)
+    ordered: list[int] = near[np.argsort(values[near], kind="stable")].tolist()
+    return ordered[:count]
 
 
 def _chosen_reason(scores: Scores, among: int) -> str:
@@ -27,20 +48,14 @@ def _chosen_reason(scores: Scores, among: int) -> str:
     return f"chosen: {why}" + (f" [{scores.mode}]" if scores.mode else "")
 
 
-def _lost_reason(basis: str, mine: float, best: float, worse_terms: str) -> str:
-    text = f"{basis} {mine:.1f} vs {best:.1f} for the chosen one (+{mine - best:.1f})"
-    return text + (": " + worse_terms if worse_terms else "")
-
-
-def _worse_terms(terms: dict[str, list[float]], k: int) -> str:
-    """The two terms that cost candidate ``k`` most against the chosen one (index 0)."""
-    worse = sorted(((terms[t][k] - terms[t][0], t) for t in TERMS), reverse=True)
-    return ", ".join(f"{name} +{delta:.1f}" for delta, name in worse[:2] if delta > 0.05)
+def _lost_reason(basis: str, mine: float, best: float) -> str:
+    return f"{basis} {mine:.1f} vs {best:.1f} for the chosen one (+{mine - best:.1f})"
 
 
 def _plain(
-    view: FleetView, rows: Rows, idx: Rows, scores: Scores, among: int
+    view: FleetView, rows: Rows, order: list[int], scores: Scores, among: int
 ) -> tuple[Candidate, ...]:
+    idx = np.asarray(order, dtype=np.intp)
     names = [view.names[r] for r in rows[idx].tolist()]
     values = scores.values[idx].tolist()
     return tuple(
@@ -49,7 +64,7 @@ def _plain(
             score=values[k],
             reason=_chosen_reason(scores, among)
             if k == 0
-            else _lost_reason(scores.basis, values[k], values[0], ""),
+            else _lost_reason(scores.basis, values[k], values[0]),
         )
         for k in range(len(names))
     )
@@ -59,35 +74,25 @@ def build_candidates(
     view: FleetView, rows: Rows, order: list[int], scores: Scores, among: int
 ) -> tuple[Candidate, ...]:
     """Candidates for ``order`` (positions into ``rows``; the chosen one first)."""
-    idx = np.asarray(order, dtype=np.intp)
     pred = scores.prediction
     if pred is None:
-        return _plain(view, rows, idx, scores, among)
-    names = [view.names[r] for r in rows[idx].tolist()]
-    values = scores.values[idx].tolist()
-    terms = {t: pred.terms_ms[t][idx].tolist() for t in TERMS}
-    ages = {t: pred.age_s[t][idx].tolist() for t in TERMS}
-    spreads = {t: pred.spread_ms[t][idx].tolist() for t in TERMS}
-    ttft, p90 = pred.ttft_ms[idx].tolist(), pred.ttft_p90_ms[idx].tolist()
-    cached = pred.cached_tokens[idx].tolist()
-    e2e = None if pred.e2e_ms is None else pred.e2e_ms[idx].tolist()
-    chosen_reason = _chosen_reason(scores, among)
+        return _plain(view, rows, order, scores, among)
+    values, e2e, cached = scores.values, pred.e2e_ms, pred.cached
+    picked = [rows.item(position) for position in order]
+    inputs = [pred.capture(row) for row in picked]
+    context = RankContext(
+        scores.basis, values.item(order[0]), _chosen_reason(scores, among), inputs[0]
+    )
     return tuple(
-        Candidate(
-            backend=names[k],
-            score=values[k],
-            predicted_ttft_ms=ttft[k],
-            predicted_ttft_p90_ms=p90[k],
-            terms_ms={t: terms[t][k] for t in TERMS},
-            reason=chosen_reason
-            if k == 0
-            else _lost_reason(scores.basis, values[k], values[0], _worse_terms(terms, k)),
-            predicted_e2e_ms=None if e2e is None else e2e[k],
-            cached_tokens=int(cached[k]),
-            term_age_s={t: ages[t][k] for t in TERMS},
-            term_spread_ms={t: spreads[t][k] for t in TERMS},
+        LazyCandidate.build(
+            view.names[row],
+            values.item(position),
+            captured,
+            None if e2e is None else e2e.item(row),
+            int(cached.get(row, 0)),
+            context,
         )
-        for k in range(len(names))
+        for row, position, captured in zip(picked, order, inputs, strict=True)
     )
 
 

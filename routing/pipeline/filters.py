@@ -32,7 +32,9 @@ class Filter(Protocol):
 
     def static_key(self, profile: RequestProfile) -> Hashable: ...
 
-    def keep(self, ctx: FilterContext) -> Mask: ...
+    def keep(self, ctx: FilterContext) -> Mask | None:
+        """Rows to keep; None when this filter rejects nobody for this request."""
+        ...
 
     def reason(self, ctx: FilterContext, row: int) -> str: ...
 
@@ -80,12 +82,14 @@ class RegionAllowed:
 
 
 class NotExcluded(_Dynamic):
+    """Loop prevention: never route back to a gateway (or backend) the request came through."""
+
     name = "not_excluded"
 
-    def keep(self, ctx: FilterContext) -> Mask:
-        keep = np.ones(len(ctx.view), np.bool_)
+    def keep(self, ctx: FilterContext) -> Mask | None:
         if not ctx.profile.exclude:
-            return keep
+            return None
+        keep = np.ones(len(ctx.view), np.bool_)
         for backend in ctx.profile.exclude:
             row = ctx.view.index.get(backend)
             if row is not None:
@@ -93,7 +97,10 @@ class NotExcluded(_Dynamic):
         return keep
 
     def reason(self, ctx: FilterContext, row: int) -> str:
-        return "already on this request's path (loop or retry)"
+        return (
+            f"{ctx.view.names[row]!r} is in this request's exclude list: the request already "
+            "passed through it (a loop between gateways) or it already failed this request"
+        )
 
 
 class Healthy(_Dynamic):
@@ -130,22 +137,46 @@ class CapacityLeft(_Dynamic):
     def __init__(self, max_queue_ratio: float = 4.0) -> None:
         self.max_queue_ratio = max_queue_ratio
 
-    def depth(self, ctx: FilterContext) -> F64:
-        view, load = ctx.view, ctx.load
-        engine = view.running0 + view.waiting0 + load.after_metrics
-        local = np.maximum(view.in_flight, load.open)
-        depth: F64 = np.where(view.has_metrics, engine, local)
-        return depth
+    def limit(self, view: FleetView) -> F64:
+        limit = view.remember(
+            ("capacity-limit", self.max_queue_ratio),
+            lambda: view.max_num_seqs * (1.0 + self.max_queue_ratio),
+        )
+        assert isinstance(limit, np.ndarray)
+        return limit
 
     def keep(self, ctx: FilterContext) -> Mask:
-        limit = ctx.view.max_num_seqs * (1.0 + self.max_queue_ratio)
-        keep: Mask = self.depth(ctx) < limit
+        keep: Mask = ctx.load.depth < self.limit(ctx.view)
         return keep
 
     def reason(self, ctx: FilterContext, row: int) -> str:
-        depth = float(self.depth(ctx)[row])
-        limit = float(ctx.view.max_num_seqs[row]) * (1.0 + self.max_queue_ratio)
+        depth = ctx.load.depth.item(row)
+        limit = self.limit(ctx.view).item(row)
         return f"no capacity left: {depth:.0f} requests running or queued, limit {limit:.0f}"
+
+
+class DownstreamServes(_Dynamic):
+    """A gateway-kind backend whose remote reports no backend for the model cannot serve it."""
+
+    name = "downstream_serves"
+
+    def keep(self, ctx: FilterContext) -> Mask | None:
+        view, model = ctx.view, ctx.profile.model
+        if not view.gateway_rows:
+            return None
+        keep = np.ones(len(view), np.bool_)
+        for row in view.gateway_rows:
+            report = view.downstream_ttft[row]
+            if report is not None and model not in report:
+                keep[row] = False
+        return keep
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        age = ctx.now - ctx.view.downstream_as_of.item(row)
+        return (
+            f"remote gateway reports no backend for model {ctx.profile.model!r} "
+            f"(report {age:.1f} s old)"
+        )
 
 
 def default_filters(max_queue_ratio: float = 4.0) -> tuple[Filter, ...]:
@@ -155,6 +186,7 @@ def default_filters(max_queue_ratio: float = 4.0) -> tuple[Filter, ...]:
         NotExcluded(),
         Healthy(),
         CircuitClosed(),
+        DownstreamServes(),
         CapacityLeft(max_queue_ratio),
     )
 
@@ -162,13 +194,13 @@ def default_filters(max_queue_ratio: float = 4.0) -> tuple[Filter, ...]:
 def _run(
     filters: Sequence[Filter], ctx: FilterContext, alive: Mask, rejected: list[Rejection]
 ) -> Mask:
-    masks = [filt.keep(ctx) for filt in filters]
+    kept = [(filt, keep) for filt in filters if (keep := filt.keep(ctx)) is not None]
     passing = alive.copy()
-    for keep in masks:
+    for _, keep in kept:
         passing &= keep
-    if not (alive & ~passing).any():
+    if np.count_nonzero(passing) == np.count_nonzero(alive):
         return passing  # the common case: nobody rejected, no per-row work
-    for filt, keep in zip(filters, masks, strict=True):
+    for filt, keep in kept:
         for row in np.flatnonzero(alive & ~keep).tolist():
             rejected.append(Rejection(ctx.view.names[row], filt.name, filt.reason(ctx, row)))
         alive = alive & keep

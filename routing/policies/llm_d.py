@@ -17,7 +17,7 @@ from routing.pipeline.pickers import BestPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.params import CommonParams, assemble
-from routing.policies.predicted_ttft import cached_by_row
+from routing.policies.predicted_ttft import cached_by_row, record
 from routing.prefix_index import PrefixIndex
 from routing.types import Observation
 
@@ -67,8 +67,15 @@ class LlmDScorer:
         return Scores(-total, "-weighted score (prefix, queue, kv-cache)")
 
     def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
-        if ctx.profile.prefix_hashes:
-            self.index.record(ctx.view.names[row], ctx.profile.prefix_hashes, ctx.now)
+        profile = ctx.profile
+        if profile.prefix_hashes:
+            record(
+                self.index,
+                ctx.view.names[row],
+                profile.prefix_hashes,
+                profile.block_tokens,
+                ctx.now,
+            )
 
     def observe(self, observation: Observation) -> None:
         return None

@@ -17,8 +17,9 @@ from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.params import CommonParams, assemble
 from routing.predictor import PredictorParams, predict
-from routing.prefix_index import PrefixIndex
-from routing.types import LatencyClass, Observation
+from routing.predictor_rows import RowTerms
+from routing.prefix_index import PrefixIndex, matching_chain
+from routing.types import LatencyClass, Observation, RequestProfile
 
 
 class PredictedTTFTParams(CommonParams):
@@ -41,20 +42,40 @@ class PredictedTTFTParams(CommonParams):
     bias_learning_rate: float = Field(default=0.05, gt=0, le=1)
 
 
+def cached_rows(
+    index: PrefixIndex, view: FleetView, profile: RequestProfile, now: float
+) -> dict[int, float]:
+    """Cached prompt tokens per row of ``view`` holding at least the first block."""
+    hashes = matching_chain(profile.prefix_hashes, profile.block_tokens, index.block_tokens)
+    hits = index.cached_tokens(hashes, now) if hashes else None
+    if not hits:
+        return {}
+    where, prompt = view.index, float(profile.prompt_tokens)
+    return {
+        row: min(float(tokens), prompt)
+        for backend, tokens in hits.items()
+        if (row := where.get(backend)) is not None
+    }
+
+
 def cached_by_row(index: PrefixIndex, ctx: ScoreContext) -> F64:
     """Cached prompt tokens per eligible row, from the prefix index."""
-    hashes = ctx.profile.prefix_hashes
-    hits = index.cached_tokens(hashes, ctx.now) if hashes else None
+    hits = cached_rows(index, ctx.view, ctx.profile, ctx.now)
     if not hits:
         return np.zeros(len(ctx.rows))
-    where = ctx.view.index
     full = np.zeros(len(ctx.view))
-    known = [(where[backend], tokens) for backend, tokens in hits.items() if backend in where]
-    if known:
-        rows, tokens = zip(*known, strict=True)
-        full[list(rows)] = tokens
-    cached: F64 = np.minimum(full[ctx.rows], float(ctx.profile.prompt_tokens))
+    full[list(hits)] = list(hits.values())
+    cached: F64 = full[ctx.rows]
     return cached
+
+
+def record(
+    index: PrefixIndex, backend: str, hashes: tuple[int, ...], block_tokens: int, now: float
+) -> None:
+    """``backend`` was sent (or served) this chain; converted to the index's block size."""
+    chain = matching_chain(hashes, block_tokens, index.block_tokens)
+    if chain:
+        index.record(backend, chain, now)
 
 
 class PredictedTTFTScorer:
@@ -80,28 +101,29 @@ class PredictedTTFTScorer:
         self.learned = LearnedColumns(
             self.learner, params.default_output_tokens, params.default_prompt_tokens
         )
+        self.row_terms = RowTerms(self.predictor_params)
         self._view: FleetView | None = None
 
     def score(self, ctx: ScoreContext) -> Scores:
-        self._view = ctx.view
-        self.learned.sync(ctx.view)
-        cached = cached_by_row(self.index, ctx)
+        view = self._view = ctx.view
+        self.row_terms.sync(view, ctx.load, self.learned, self.learned.sync(view))
+        cached = cached_rows(self.index, view, ctx.profile, ctx.now)
         pred = predict(
-            ctx.view, ctx.rows, ctx.profile, ctx.now, cached, ctx.load, self.learned,
-            self.predictor_params,
-        )  # fmt: skip
+            view, ctx.rows, ctx.profile, ctx.now, cached, ctx.load, self.learned, self.row_terms
+        )
         long_form = ctx.profile.latency_class is LatencyClass.LONG_FORM
         basis = "predicted end-to-end (ms)" if long_form else "predicted TTFT (ms)"
         return Scores(pred.score, basis, pred)
 
     def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
         backend = ctx.view.names[row]
-        if ctx.profile.prefix_hashes:
+        profile = ctx.profile
+        if profile.prefix_hashes:
             # Optimistic: the next request with this prefix will queue behind this one anyway.
-            self.index.record(backend, ctx.profile.prefix_hashes, ctx.now)
+            record(self.index, backend, profile.prefix_hashes, profile.block_tokens, ctx.now)
         pred = scores.prediction
-        cold_ms = float(self.learned.cold_start_ms[row])
-        if pred is not None and 0 < cold_ms <= 2.0 * float(pred.terms_ms["cold_start"][position]):
+        cold_ms = self.learned.cold_start_ms.item(row)
+        if pred is not None and 0 < cold_ms <= 2.0 * pred.term("cold_start", row):
             ctx.load.ledger.mark_warming(backend, ctx.now + cold_ms / 1000.0)
 
     def observe(self, observation: Observation) -> None:
@@ -110,7 +132,10 @@ class PredictedTTFTScorer:
         spec = None if view is None or row is None else view.specs[row]
         self.learner.observe(observation, spec)
         if observation.ok and observation.prefix_hashes:
-            self.index.record(observation.backend, observation.prefix_hashes, observation.at)
+            record(
+                self.index, observation.backend, observation.prefix_hashes,
+                observation.block_tokens, observation.at,
+            )  # fmt: skip
 
 
 def build(params: PredictedTTFTParams, rng_seed: int) -> PipelineRouter:

@@ -1,0 +1,16 @@
+"""Parameters of the TTFT predictor (validated at the policy's edge, plain values here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorParams:
+    same_region_rtt_ms: float = 1.0  # when neither a probe nor the region table knows
+    unknown_rtt_ms: float = 100.0
+    default_output_tokens: int = 256  # long-form requests without max_tokens
+    default_prompt_tokens: int = 1000  # prefill of a typical queued request, until learned
+    stale_after_s: float = 5.0  # a signal this old has its spread doubled
+    cold_ramp: float = 0.1  # P(cold) ramps from (1-r) to (1+r) x idle timeout
+    itl_batch_slope: float = 1.0  # ITL at a full batch = ITL x (1 + slope)
