@@ -194,3 +194,14 @@ async def test_emulator_rtt_applies_to_probe_endpoints_and_changes_live(
             assert resp.status == 200
         assert 60.0 <= await timed("/v1/models") < 150.0
         assert await timed("/metrics") < 60.0  # scrapes are not slowed: metrics stay cheap
+
+
+async def test_meridian_explain_asks_a_running_gateway(gateway: RunningGateway, tmp_path: Path):
+    body = tmp_path / "request.json"
+    body.write_text('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}')
+    async with aiohttp.ClientSession() as session:
+        await _route(session, gateway.url, params={"model": MODEL, "prompt": "warm up"})
+    args = ["explain", "--url", gateway.url, "--model", MODEL, "--prompt-file", str(body)]
+    report = orjson.loads(await _meridian(*args, "--json", "--origin", "here"))
+    assert report["profile"]["max_tokens"] == 3 and report["origin"]["region"] == "here"
+    assert {c["backend"] for c in report["candidates"]} == {"near", "far"}
