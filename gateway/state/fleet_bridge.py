@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gateway.signals.probes import ProbeSummary
 from gateway.state.records import SignalRecord
@@ -35,10 +35,20 @@ class SharedFleetBridge:
         self._sync = sync
         self._view = sync.snapshot()
         self._wall = wall
+        self._contended: set[str] = set()
+
+    def contend(self, backends: Iterable[str]) -> None:
+        """Compete for probing these backends (done lazily for any backend ``leads`` is asked
+        about, so a reload that adds backends needs nothing more)."""
+        fresh = [b for b in backends if b not in self._contended]
+        self._contended.update(fresh)
+        self._sync.contend(probe_lease(b) for b in fresh)
 
     # -- SharedFleet ---------------------------------------------------------------------
 
     def leads(self, backend: str) -> bool:
+        if backend not in self._contended:
+            self.contend((backend,))
         return self._sync.is_leader(probe_lease(backend))
 
     def note_in_flight(self, backend: str, delta: int) -> None:

@@ -67,17 +67,18 @@ class SharedPrefixRouter:
 
 class RemotePrefixFeeder:
     """Queue of (backend, block, wall seen-at) from other replicas, drained into ``recorder``
-    with times converted to the router's monotonic clock."""
+    with times converted to the router's monotonic clock. ``recorder`` may be swapped (a
+    reload that builds a new router); while it is None, arrivals are not kept."""
 
     def __init__(
         self,
-        recorder: PrefixRecorder,
+        recorder: PrefixRecorder | None = None,
         *,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
         max_queued: int = _MAX_QUEUED_BLOCKS,
     ) -> None:
-        self._recorder = recorder
+        self.recorder = recorder
         self._wall = wall
         self._mono = mono
         self._queue: deque[tuple[str, int, float]] = deque(maxlen=max_queued)
@@ -90,12 +91,17 @@ class RemotePrefixFeeder:
 
     def offer(self, backend: str, blocks: Mapping[int, float]) -> None:
         """``SharedView.on_remote_prefix``: called synchronously as blocks are merged."""
+        if self.recorder is None:
+            return
         self._queue.extend((backend, block, seen_at) for block, seen_at in blocks.items())
         self._arrived.set()
 
     def drain(self, limit: int = _BLOCKS_PER_TURN) -> int:
         """Record up to ``limit`` queued blocks now; returns how many."""
-        queue, record = self._queue, self._recorder.record
+        if self.recorder is None:
+            self._queue.clear()
+            return 0
+        queue, record = self._queue, self.recorder.record
         now = self._mono()
         offset = now - self._wall()
         count = min(limit, len(queue))

@@ -3,7 +3,7 @@
     shared = SharedState.from_config(config, metrics.registry)
     hub = build_signal_hub(config, metrics.registry, shared.fleet)   # tier-wide signals
     router = shared.wrap_router(build_router(...))                   # shared prefix affinity
-    install_shared_state(app, shared, hub)   # lifecycle + GET /v1/meridian/state
+    install_shared_state(app, shared, lambda: relay.fleet)  # lifecycle + GET /v1/meridian/state
 
 With the default ``state.backend: memory`` the same wiring runs against a store private to
 the process, so one replica behaves as before. Nothing here is awaited on the request path.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from gateway.config import ConfigError, GatewayConfig
 from gateway.signals.hub import SignalHub
 from gateway.state.errors import StateUnavailable
-from gateway.state.fleet_bridge import SharedFleetBridge, probe_lease
+from gateway.state.fleet_bridge import SharedFleetBridge
 from gateway.state.health import StateHealth
 from gateway.state.metrics import register_state_metrics
 from gateway.state.router_bridge import (
@@ -47,10 +47,10 @@ class SharedState:
     ) -> None:
         self.sync = sync
         self.fleet = SharedFleetBridge(sync)
-        self._backends = tuple(backends)
-        self._feeder: RemotePrefixFeeder | None = None
+        self.feeder = RemotePrefixFeeder()
         self._feeder_task: asyncio.Task[None] | None = None
-        sync.contend(probe_lease(b) for b in backends)
+        self.fleet.contend(backends)
+        sync.snapshot().on_remote_prefix = self.feeder.offer
         if registry is not None:
             register_state_metrics(sync, registry)
 
@@ -67,13 +67,12 @@ class SharedState:
         return cls(sync, [b.name for b in config.backends], registry)
 
     def wrap_router(self, router: PolicyRouter) -> PolicyRouter:
-        """``router`` sharing the prefixes it learns and learning the other replicas'."""
+        """``router`` sharing the prefixes it learns and learning the other replicas'. Called
+        again on a reload that builds a new router: the newest one learns from then on."""
         recorder = prefix_recorder_of(router)
         if recorder is None:
             log.info("routing policy %s keeps no prefix index: nothing to share", router.name)
-        else:
-            self._feeder = RemotePrefixFeeder(recorder)
-            self.sync.snapshot().on_remote_prefix = self._feeder.offer
+        self.feeder.recorder = recorder
         return SharedPrefixRouter(router, self.sync)
 
     def health(self) -> StateHealth:
@@ -84,10 +83,9 @@ class SharedState:
         """aiohttp ``cleanup_ctx``: register it before the signal hub's, so the hub starts
         after the sync and stops before it (its last counts and leases are released)."""
         await self.sync.start()
-        if self._feeder is not None:
-            self._feeder_task = asyncio.create_task(
-                self._feeder.run(), name="meridian-state-prefix-feeder"
-            )
+        self._feeder_task = asyncio.create_task(
+            self.feeder.run(), name="meridian-state-prefix-feeder"
+        )
         yield
         if self._feeder_task is not None:
             self._feeder_task.cancel()
@@ -100,7 +98,7 @@ class SharedState:
         snapshot = hub.snapshot()
         view = self.sync.snapshot()
         probes = hub.prober.summaries()
-        feeder = self._feeder
+        names = sorted(snapshot.backends)
         return {
             "health": self.health().as_dict(),
             "in_flight": {name: s.in_flight for name, s in snapshot.backends.items()},
@@ -108,24 +106,28 @@ class SharedState:
                 name: (snapshot.taken_at - s.as_of) if s.as_of else None
                 for name, s in snapshot.backends.items()
             },
-            "own_in_flight": {name: hub.in_flight(name) for name in self._backends},
-            "leads": [name for name in self._backends if self.fleet.leads(name)],
+            "own_in_flight": {name: hub.in_flight(name) for name in names},
+            "leads": [name for name in names if self.fleet.leads(name)],
             "probes_total": {name: p.probes_total for name, p in probes.items()},
             "prefix_blocks": view.prefix_sizes(),
-            "prefix_fed_blocks": feeder.fed_blocks if feeder is not None else 0,
-            "prefix_queued_blocks": feeder.queued if feeder is not None else 0,
+            "prefix_fed_blocks": self.feeder.fed_blocks,
+            "prefix_queued_blocks": self.feeder.queued,
         }
 
 
 STATE = web.AppKey("meridian_state", SharedState)
 
 
-def install_shared_state(app: web.Application, shared: SharedState, hub: SignalHub) -> None:
-    """Attach ``shared`` to ``app``: ``app[STATE]``, its lifecycle, and the state route."""
+def install_shared_state(
+    app: web.Application, shared: SharedState, hub: SignalHub | Callable[[], SignalHub]
+) -> None:
+    """Attach ``shared`` to ``app``: ``app[STATE]``, its lifecycle, and the state route.
+    ``hub`` may be a callable returning the current hub (a reload can replace it)."""
     app[STATE] = shared
     app.cleanup_ctx.append(shared.lifecycle)
+    current = hub if callable(hub) else (lambda: hub)
 
     async def state_route(request: web.Request) -> web.Response:
-        return web.json_response(shared.describe(hub))
+        return web.json_response(shared.describe(current()))
 
     app.router.add_get(STATE_PATH, state_route)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from aiohttp import web
 
 from gateway.signals.probes import ProbeSummary
 from gateway.state.fleet_bridge import SharedFleetBridge
@@ -16,6 +17,7 @@ from gateway.state.router_bridge import (
     prefix_recorder_of,
 )
 from gateway.state.sync import SharedStateSync
+from gateway.state.wiring import SharedState
 from routing.policies import build_router
 from routing.types import (
     BackendKind,
@@ -25,7 +27,7 @@ from routing.types import (
     Observation,
     RequestProfile,
 )
-from tests.state.conftest import SyncFactory, eventually
+from tests.state.conftest import ConfigFactory, StoreFactory, SyncFactory, eventually
 
 pytestmark = pytest.mark.parametrize("store_kind", ["memory"])
 
@@ -124,3 +126,30 @@ async def test_failed_requests_share_nothing(make_sync: SyncFactory) -> None:
     router = SharedPrefixRouter(build_router("predicted_ttft", {}, 1), one)
     router.observe(Observation(backend="a1", at=0.0, ok=False, prefix_hashes=(1, 2, 3)))
     assert one.snapshot().prefix_sizes() == {}
+
+
+async def test_after_a_reload_the_new_router_learns_and_new_backends_are_probed(
+    make_sync: SyncFactory, make_store: StoreFactory, make_config: ConfigFactory
+) -> None:
+    one = await make_sync("r1")
+    sync = SharedStateSync(await make_store(), make_config(), replica_id="r2")
+    shared = SharedState(sync, ["a1"])
+    shared.wrap_router(build_router("predicted_ttft", {}, 1))
+    reloaded = shared.wrap_router(build_router("predicted_ttft", {}, 2))  # routing changed
+    lifecycle = shared.lifecycle(web.Application())
+    await anext(lifecycle)
+    try:
+        await eventually(lambda: not sync.health().degraded, 3.0)
+        await eventually(lambda: shared.fleet.leads("a1"), 3.0)
+        assert not sync.is_leader("probe:a2")
+        await eventually(lambda: shared.fleet.leads("a2"), 3.0)  # added by the reload
+        chain = tuple(range(500, 600))
+        SharedPrefixRouter(build_router("predicted_ttft", {}, 3), one).observe(
+            Observation(backend="a2", at=time.monotonic(), ok=True, prefix_hashes=chain)
+        )
+        await eventually(lambda: shared.feeder.fed_blocks >= len(chain), 2.0)
+        now = time.monotonic()
+        decision = reloaded.decide(_profile(chain), _fleet(now), now)
+        assert decision.chosen is not None and decision.chosen.cached_tokens == 16 * len(chain)
+    finally:
+        await anext(lifecycle, None)
