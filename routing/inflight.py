@@ -48,6 +48,10 @@ class InFlightLedger:
         times = self._opened.get(backend)
         return times[0] if times else None
 
+    def oldest_overall(self) -> float | None:
+        """The oldest open reservation on any backend (expired ones included until expired)."""
+        return min((times[0] for times in self._opened.values()), default=None)
+
     def last_reserved_at(self, backend: str) -> float | None:
         times = self._opened.get(backend)
         return times[-1] if times else None

@@ -94,14 +94,12 @@ class LoadColumns:
         self.open = np.zeros(size)
         self.after_metrics = np.zeros(size)
         self.last_reserved_at = np.full(size, np.nan)
-        self._oldest = _INF
         for backend in self.ledger.busy(now):
-            oldest = self.ledger.oldest(backend)
-            if oldest is not None:
-                self._oldest = min(self._oldest, oldest)
             row = view.index.get(backend)
             if row is not None:
                 self._from_ledger(row, backend, now)
+        oldest = self.ledger.oldest_overall()
+        self._oldest = _INF if oldest is None else oldest
         self.local = np.maximum(view.in_flight, self.open)
         self.depth = np.where(
             view.has_metrics, view.running0 + view.waiting0 + self.after_metrics, self.local
