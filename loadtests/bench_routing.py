@@ -1,16 +1,22 @@
 """Decision-cost micro-benchmark: profile building + prefix hashing + one routing decision.
 
-100 backends in 3 regions (10 serverless, 80 with engine metrics), a prefix index warmed by
-earlier traffic (shared system prompts on many backends), and a ~4,000-token chat prompt that
-shares one of those system prompts. Every policy is timed in the same run, and the ratios are
-against round-robin's cost for the same work, so the table survives a slower machine.
+100 (and 1,000) backends in 3 regions (10% serverless, 80% with engine metrics), a prefix index
+warmed by earlier traffic (shared system prompts on many backends), and a ~4,000-token chat
+prompt that shares one of those system prompts. The timed work is what the gateway does per
+request: build the profile, decide, and read the chosen candidate's terms and p90 (learning
+and hedging need them). Two snapshot regimes: ``same`` (one snapshot object for every
+decision) and ``churn`` (a new snapshot per decision with one backend's in-flight count
+changed, as the gateway's SignalHub builds them). Every policy is timed in the same run, and the
+ratios are against round-robin's cost for the same work, so the table survives a slower machine.
 
-    .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--out loadtests/results]
+    .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--backends 100 1000]
+        [--policies predicted_ttft round_robin] [--out loadtests/results]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -32,12 +38,12 @@ SYSTEM_PROMPTS = 20
 NOW = 1_000.0
 
 
-def _fleet(rng: random.Random) -> FleetSnapshot:
+def _fleet(rng: random.Random, size: int = BACKENDS) -> FleetSnapshot:
     backends: dict[str, BackendState] = {}
-    for i in range(BACKENDS):
+    for i in range(size):
         serverless = i % 10 == 9
         spec = BackendSpec(
-            name=f"b{i:03d}",
+            name=f"b{i:04d}",
             region=REGIONS[i % 3],
             kind=BackendKind.SERVERLESS if serverless else BackendKind.DEDICATED,
             models=frozenset({"llama-3-8b"}),
@@ -106,9 +112,28 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return cuts[49], cuts[98]
 
 
-def _case(policy: str, block_tokens: int, iterations: int, seed: int) -> dict[str, float]:
+class _Churn:
+    """A new snapshot per decision, one backend's in-flight count changed (the rest reused)."""
+
+    def __init__(self, fleet: FleetSnapshot) -> None:
+        self.fleet = fleet
+        self.names = sorted(fleet.backends)
+        self.turn = 0
+
+    def advance(self) -> None:
+        self.turn += 1
+        name = self.names[(self.turn * 7919) % len(self.names)]
+        backends = dict(self.fleet.backends)
+        old = backends[name]
+        backends[name] = dataclasses.replace(old, in_flight=(old.in_flight + 1) % 41)
+        self.fleet = dataclasses.replace(self.fleet, backends=backends)
+
+
+def _case(
+    policy: str, block_tokens: int, iterations: int, seed: int, size: int, churn: bool
+) -> dict[str, float]:
     rng = random.Random(seed)
-    fleet = _fleet(rng)
+    fleet = _fleet(rng, size)
     systems = [_text(rng, 4_000) for _ in range(SYSTEM_PROMPTS)]
     params: Mapping[str, Any] = (
         {"block_tokens": block_tokens}
@@ -118,14 +143,21 @@ def _case(policy: str, block_tokens: int, iterations: int, seed: int) -> dict[st
     router = build_router(policy, params, seed)
     _warm(router, fleet, systems, rng, block_tokens)
     body = _body(systems[3], _text(rng, 12_000))  # ~4,000 tokens in all
+    snapshots = _Churn(fleet)
 
     def run() -> Any:
         profile = profile_from_chat(body, "tenant-a", block_tokens=block_tokens)
-        return router.decide(profile, fleet, NOW)
+        decision = router.decide(profile, snapshots.fleet, NOW)
+        chosen = decision.chosen
+        if chosen is not None:  # what the gateway reads: terms to learn from, p90 to hedge
+            _ = (chosen.terms_ms, chosen.predicted_ttft_p90_ms)
+        return decision
 
     def after(decision: Any) -> None:
         if decision.chosen is not None:
             router.release(decision.chosen.backend)
+        if churn:  # the gateway builds snapshots off the decision's clock too
+            snapshots.advance()
 
     _time(run, after, 200)
     p50, p99 = _percentiles(_time(run, after, iterations))
@@ -145,47 +177,57 @@ def _hash_only(block_tokens: int, iterations: int, seed: int) -> dict[str, float
     return {"p50_us": p50, "p99_us": p99}
 
 
+ALL_POLICIES = (
+    "round_robin", "predicted_ttft", "least_loaded", "latency_ewma", "cache_aware", "llm_d",
+)  # fmt: skip
+
+
+def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    policies = ["round_robin", *(p for p in args.policies if p != "round_robin")]
+    for block_tokens in args.block_tokens:
+        hashing = _hash_only(block_tokens, args.iterations, args.seed)
+        rows.append({"case": "hashing only", "backends": 0, "snapshots": "-",
+                     "block_tokens": block_tokens, **hashing})  # fmt: skip
+        for size in args.backends:
+            for churn in (False, True):
+                for policy in policies:
+                    timing = _case(policy, block_tokens, args.iterations, args.seed, size, churn)
+                    rows.append({"case": policy, "backends": size,
+                                 "snapshots": "churn" if churn else "same",
+                                 "block_tokens": block_tokens, **timing})  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--iterations", type=int, default=3_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--backends", type=int, nargs="+", default=[BACKENDS, 1_000])
+    parser.add_argument("--block-tokens", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--policies", nargs="+", default=list(ALL_POLICIES))
     parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
     args = parser.parse_args(argv)
-    rows: list[dict[str, Any]] = []
-    for block_tokens in (16, 64):
-        rows.append(
-            {
-                "case": "hashing only",
-                "block_tokens": block_tokens,
-                **_hash_only(block_tokens, args.iterations, args.seed),
-            }
-        )
-        for policy in (
-            "round_robin",
-            "predicted_ttft",
-            "least_loaded",
-            "latency_ewma",
-            "cache_aware",
-            "llm_d",
-        ):
-            rows.append(
-                {
-                    "case": policy,
-                    "block_tokens": block_tokens,
-                    **_case(policy, block_tokens, args.iterations, args.seed),
-                }
-            )
-    baseline = {r["block_tokens"]: r["p50_us"] for r in rows if r["case"] == "round_robin"}
-    print(f"{'case':<16}{'block':>6}{'p50 us':>10}{'p99 us':>10}{'p50 / rr':>10}")
+    rows = _rows(args)
+    baseline = {
+        (r["block_tokens"], r["backends"], r["snapshots"]): r["p50_us"]
+        for r in rows
+        if r["case"] == "round_robin"
+    }
+    head = f"{'case':<16}{'block':>6}{'backends':>9}{'snapshots':>10}{'p50 us':>9}{'p99 us':>9}"
+    print(head + f"{'p50/rr':>8}")
     for row in rows:
-        row["p50_vs_round_robin"] = row["p50_us"] / baseline[row["block_tokens"]]
+        base = baseline.get((row["block_tokens"], row["backends"], row["snapshots"]))
+        row["p50_vs_round_robin"] = row["p50_us"] / base if base else None
+        ratio = "" if base is None else f"{row['p50_vs_round_robin']:.2f}"
         print(
-            f"{row['case']:<16}{row['block_tokens']:>6}{row['p50_us']:>10.1f}{row['p99_us']:>10.1f}{row['p50_vs_round_robin']:>10.2f}"
+            f"{row['case']:<16}{row['block_tokens']:>6}{row['backends']:>9}{row['snapshots']:>10}"
+            f"{row['p50_us']:>9.1f}{row['p99_us']:>9.1f}{ratio:>8}"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "bench_routing.json"
     meta = {
-        "backends": BACKENDS,
+        "backends": args.backends,
         "prompt_tokens_approx": 4_000,
         "iterations": args.iterations,
         "python": sys.version.split()[0],

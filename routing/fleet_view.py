@@ -12,6 +12,8 @@ Missing signals are NaN so the predictor can fall back explicitly.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from itertools import compress
+from operator import is_not
 
 import numpy as np
 import numpy.typing as npt
@@ -122,11 +124,11 @@ class FleetView:
         if len(backends) != len(self.names) or fleet.gateway_region != self.fleet.gateway_region:
             return False
         try:
-            states = [backends[name] for name in self.names]
+            states = list(map(backends.__getitem__, self.names))
         except KeyError:
             return False
         old, specs = self.states, self.specs
-        changed = [row for row in range(len(states)) if states[row] is not old[row]]
+        changed = list(compress(range(len(states)), map(is_not, states, old)))
         for row in changed:
             spec = states[row].spec
             if spec is not specs[row] and spec != specs[row]:

@@ -7,6 +7,7 @@ computed once per snapshot and key, not once per request.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -207,19 +208,23 @@ def _run(
     return alive
 
 
+@functools.cache
+def _split(
+    filters: tuple[Filter, ...],
+) -> tuple[tuple[Filter, ...], tuple[Filter, ...], tuple[str, ...]]:
+    """The leading static filters, the rest, and the static ones' names (a cache key part)."""
+    lead = 0
+    while lead < len(filters) and filters[lead].static:
+        lead += 1
+    return filters[:lead], filters[lead:], tuple(f.name for f in filters[:lead])
+
+
 def apply_filters(
     filters: Sequence[Filter], ctx: FilterContext
 ) -> tuple[Rows, tuple[Rejection, ...]]:
     """Rows that pass every filter, and a rejection (first failing filter) for each other."""
-    lead = 0
-    while lead < len(filters) and filters[lead].static:
-        lead += 1
-    static, dynamic = filters[:lead], filters[lead:]
-    key = (
-        "static-filters",
-        tuple(f.name for f in static),
-        tuple(f.static_key(ctx.profile) for f in static),
-    )
+    static, dynamic, names = _split(tuple(filters))
+    key = ("static-filters", names, tuple([f.static_key(ctx.profile) for f in static]))
 
     def run_static() -> tuple[Mask, tuple[Rejection, ...]]:
         found: list[Rejection] = []
