@@ -3,8 +3,10 @@
 Each observation carries the terms the router predicted. The term that dominated the
 prediction is the one the error is blamed on (queue, prefill or cold start), so one number
 (TTFT) can teach several estimators without them fighting; when no variable term dominates,
-the error is a fixed offset and feeds ``bias``. Samples are winsorized against the current
-estimate before the EWMA so one outlier (a GC pause, a retry) cannot swing the model.
+the error is a fixed offset and feeds ``bias``, as does a prefill far later than any plausible
+rate change (an RTT jump on a backend without probes would otherwise slash its prefill rate).
+Samples are winsorized against the current estimate before the EWMA so one outlier (a GC
+pause, a retry) cannot swing the model.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ class LearnerParams:
     min_term_ms: float = 2.0  # a term smaller than this carries no signal about its rate
     dominant_share: float = 0.6  # share of (queue+prefill+cold) a term needs to take the blame
     max_ratio: float = 4.0  # winsorize samples to [1/max_ratio, max_ratio] x current
+    # A dominant prefill that took this many times longer than predicted is not a slower GPU
+    # but an offset that moved (an RTT jump, a stalled hop): blamed on bias, not on the rate.
+    offset_ratio: float = 4.0
 
 
 class BackendEstimate:
@@ -138,8 +143,13 @@ class OnlineLearner:
             est.cold_start_ms = _ewma(est.cold_start_ms, max(0.0, variable - queue - prefill), 0.3)
         else:
             share = self.params.dominant_share * (queue + prefill + cold)
-            if prefill >= self.params.min_term_ms and prefill >= share:
-                self._learn_prefill(est, prefill, variable - queue - cold, spec)
+            prefill_took = variable - queue - cold
+            if (
+                prefill >= self.params.min_term_ms
+                and prefill >= share
+                and prefill_took <= self.params.offset_ratio * prefill
+            ):
+                self._learn_prefill(est, prefill, prefill_took, spec)
             elif queue >= self.params.min_term_ms and queue >= share:
                 self._learn_queue(est, queue, variable - prefill - cold)
             else:  # no variable term dominates: an offset (RTT, overhead) was wrong

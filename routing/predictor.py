@@ -46,6 +46,7 @@ class Prediction:
     cached: Mapping[int, float]  # row -> cached prompt tokens, for rows holding any
     cold_prob: F64 | None  # None: no backend scales to zero
     reports: Mapping[int, float]  # gateway rows whose remote reported a TTFT for the model
+    placement: F64 | None  # the request's region penalty per row (in the score only)
     view: FleetView
     learned: LearnedColumns
     now: float
@@ -79,6 +80,7 @@ class Prediction:
             bias_dev_ms=learned.bias_dev_ms.item(row),
             ratio_p90=learned.ratio_p90.item(row),
             stale_after_s=self.params.stale_after_s,
+            placement_ms=0.0 if self.placement is None else self.placement.item(row),
         )
 
 
@@ -91,6 +93,16 @@ def _downstream(view: FleetView, model: str) -> dict[int, float]:
         if ms is not None:
             found[row] = max(float(ms), 0.0)
     return found
+
+
+def _placement(view: FleetView, penalty_ms: Mapping[str, float]) -> F64 | None:
+    """The request's soft region preference as a per-row penalty (None: no preference)."""
+    if not penalty_ms:
+        return None
+    key = ("placement", tuple(sorted(penalty_ms.items())))
+    column = view.remember(key, lambda: np.array([penalty_ms.get(r, 0.0) for r in view.regions]))
+    assert isinstance(column, np.ndarray)
+    return column
 
 
 def _cold(
@@ -148,6 +160,9 @@ def predict(
         output = max_tokens if max_tokens is not None else rt.params.default_output_tokens
         e2e = ttft + rt.itl * output
     full = ttft if e2e is None else e2e
+    placement = _placement(view, profile.region_penalty_ms)
+    if placement is not None:
+        full = full + placement
     return Prediction(
         rows=rows,
         score=full if len(rows) == len(view) else full[rows],
@@ -157,6 +172,7 @@ def predict(
         cached=cached,
         cold_prob=prob,
         reports=reports,
+        placement=placement,
         view=view,
         learned=learned,
         now=now,

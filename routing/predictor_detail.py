@@ -34,6 +34,7 @@ class RowInputs(NamedTuple):
     bias_dev_ms: float
     ratio_p90: float
     stale_after_s: float
+    placement_ms: float  # the request's placement penalty (score only, not TTFT)
 
 
 class Breakdown(NamedTuple):

@@ -103,6 +103,10 @@ class RequestProfile:
     # this reads every k-th hash (a chained hash names its whole prefix); any other size
     # cannot be matched, and affinity is then ignored rather than miscounted.
     block_tokens: int = DEFAULT_BLOCK_TOKENS
+    # Soft placement preference: ms added to the *score* (not the predicted TTFT) of
+    # candidates in these regions; shown as ``placement`` in the reasons. The gateway resolves
+    # its per-tenant / per-origin region preferences into this.
+    region_penalty_ms: Mapping[str, float] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, slots=True)

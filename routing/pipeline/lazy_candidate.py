@@ -139,7 +139,8 @@ def _work_out(inputs: RowInputs, score: float, context: RankContext) -> _Details
 def lost_reason(basis: str, mine: float, best: float, inputs: RowInputs, chosen: RowInputs) -> str:
     """Why a candidate lost, with the two terms that cost it most against the chosen one."""
     text = f"{basis} {mine:.1f} vs {best:.1f} for the chosen one (+{mine - best:.1f})"
-    deltas = (a - b for a, b in zip(inputs.terms, chosen.terms, strict=True))
-    worse = sorted(zip(deltas, TERMS, strict=True), reverse=True)
+    deltas = [a - b for a, b in zip(inputs.terms, chosen.terms, strict=True)]
+    deltas.append(inputs.placement_ms - chosen.placement_ms)
+    worse = sorted(zip(deltas, (*TERMS, "placement"), strict=True), reverse=True)
     worst = ", ".join(f"{name} +{delta:.1f}" for delta, name in worse[:2] if delta > 0.05)
     return text + (": " + worst if worst else "")

@@ -127,3 +127,20 @@ def test_a_coarser_index_counts_cached_tokens_from_fine_profiles() -> None:
     odd = dataclasses.replace(prof, block_tokens=24)
     router.observe(Observation("b", 4.0, ok=True, prefix_hashes=hashes, block_tokens=24))
     assert all(c.cached_tokens == 0 for c in router.explain(odd, snapshot, 5.0).ranked)
+
+
+def test_a_region_penalty_moves_the_score_not_the_predicted_ttft() -> None:
+    router = build_router("predicted_ttft", {"margin_ms": 0, "margin_rel": 0}, 0)
+    snapshot = fleet(state("a", "r1", rtt_ms=10.0), state("b", "r2", rtt_ms=12.0))
+    plain = router.explain(profile(), snapshot, 1.0).ranked
+    assert [c.backend for c in plain] == ["a", "b"]
+    prof = profile(region_penalty_ms={"r1": 5.0})
+    ranked = router.explain(prof, snapshot, 1.0).ranked
+    assert [c.backend for c in ranked] == ["b", "a"]
+    b, a = ranked
+    assert (
+        a.predicted_ttft_ms == plain[0].predicted_ttft_ms and a.score == a.predicted_ttft_ms + 5.0
+    )
+    assert "placement" not in a.terms_ms and sum(a.terms_ms.values()) == a.predicted_ttft_ms
+    assert a.reason.endswith(": placement +5.0") and b.score == b.predicted_ttft_ms
+    assert hash(prof) == hash(profile())  # the preference does not make profiles unhashable

@@ -169,3 +169,23 @@ def test_prefill_blame_without_a_spec_or_rate_learns_nothing() -> None:
     learner.observe(Observation("x", 0.0, ok=True, ttft_ms=300.0, predicted_terms_ms=terms), None)
     est = learner.estimate("x")
     assert est is not None and est.prefill_rate is None and est.prefill_ms == 100.0
+
+
+def test_an_rtt_jump_is_learned_as_bias_not_as_a_slower_prefill() -> None:
+    """Finding from the issue-5 acceptance run: 2 -> 400 ms RTT used to cut the prefill rate."""
+    learner = OnlineLearner(LearnerParams(bias_alpha=0.5))
+    config = spec("a")
+    terms = {"rtt": 2.0, "queue": 0.0, "prefill": 30.0, "first_token_overhead": 10.0}
+    for at in range(3):
+        known = learner.estimate("a")
+        predicted = terms | {"bias": 0.0 if known is None else known.bias_ms}
+        learner.observe(Observation("a", float(at), ok=True, ttft_ms=42.0 + 398.0,
+            predicted_terms_ms=predicted), config)  # fmt: skip
+    est = learner.estimate("a")
+    assert est is not None and est.prefill_rate is None and est.prefill_samples == 0
+    assert 340.0 < est.bias_ms < 398.0
+    # A GPU 4x slower than configured still teaches the rate.
+    learner.observe(Observation("b", 0.0, ok=True, ttft_ms=12.0 + 120.0,
+        predicted_terms_ms=terms), config)  # fmt: skip
+    slow = learner.estimate("b")
+    assert slow is not None and slow.prefill_rate is not None and slow.prefill_rate < 10_000.0
