@@ -138,6 +138,7 @@ def test_a_region_penalty_moves_the_score_not_the_predicted_ttft() -> None:
     ranked = router.explain(prof, snapshot, 1.0).ranked
     assert [c.backend for c in ranked] == ["b", "a"]
     b, a = ranked
+    assert a.predicted_ttft_ms is not None
     assert (
         a.predicted_ttft_ms == plain[0].predicted_ttft_ms and a.score == a.predicted_ttft_ms + 5.0
     )
