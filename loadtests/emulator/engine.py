@@ -10,13 +10,18 @@ queued behind it and stretches the inter-token gaps of everyone decoding beside 
 
 Nothing here reads a clock: callers pass ``now`` (seconds, any monotonic origin), then call
 :meth:`Engine.advance` at or after :meth:`Engine.next_event_time`. The real-time server and a
-discrete-event simulator drive the same class.
+discrete-event simulator drive the same class; the simulator passes ``token_events=False``
+(only first-token, finished and failed events: per-token events were over half its run time)
+and reads the engine's truth through the read-only queries (:meth:`Engine.backlog`,
+:meth:`Engine.cached_prefix_blocks`, :meth:`Engine.ready_at`), which never change its state.
+``params`` may be swapped between calls (a slowdown); the step in progress keeps its end.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -38,6 +43,10 @@ class Event:
     time: float
     tokens: int  # output tokens generated so far
     cached_tokens: int = 0
+    # First-token events only: when the sequence could be scheduled (after the fixed overhead,
+    # a cold start, a stall) and when its first step began; 0.0 on other events.
+    eligible_at: float = 0.0
+    scheduled_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +70,25 @@ class EngineCounters:
     cold: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What stands between a new request and its first token on one engine (read-only view)."""
+
+    prefill_tokens: int  # prompt tokens still to prefill ahead of a new request (FIFO)
+    queued: int  # sequences waiting for a batch slot (or still paying overhead/cold start)
+    running: int
+    decoding: int
+    remaining_tokens: tuple[int, ...]  # output tokens left per running sequence, ascending
+    busy_until: float  # end of the step in progress (or now)
+
+
+def computed_prompt_tokens(prompt_tokens: int, cached_blocks: int, block_tokens: int) -> int:
+    """Prompt tokens to prefill given the cached leading blocks. At least one is always
+    computed: its logits give the first token."""
+    cached = max(min(cached_blocks * block_tokens, prompt_tokens - 1), 0)
+    return max(prompt_tokens - cached, 1)
+
+
 @dataclass(slots=True)
 class _Sequence:
     request: SequenceRequest
@@ -69,6 +97,7 @@ class _Sequence:
     generated: int = 0
     cached_tokens: int = 0
     not_before: float = 0.0
+    scheduled_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +109,11 @@ class _Step:
 
 
 class Engine:
-    def __init__(self, params: EngineParams, now: float = 0.0) -> None:
+    def __init__(
+        self, params: EngineParams, now: float = 0.0, *, token_events: bool = True
+    ) -> None:
         self.params = params
+        self._token_events = token_events
         self._start_empty(now)
 
     def _start_empty(self, now: float) -> None:
@@ -166,6 +198,41 @@ class Engine:
             cold=self.is_cold(now),
         )
 
+    def cached_prefix_blocks(self, hashes: Sequence[int]) -> int:
+        """Leading blocks of ``hashes`` in the KV cache now; the LRU order is left untouched."""
+        return self._cache.peek(hashes)
+
+    def uncached_tokens(self, prompt_tokens: int, hashes: Sequence[int]) -> int:
+        """Prompt tokens a request submitted now would prefill, given today's cache."""
+        cached = self._cache.peek(hashes)
+        return computed_prompt_tokens(prompt_tokens, cached, self.params.block_tokens)
+
+    def backlog(self, now: float) -> Backlog:
+        """The queue and batch a request submitted at ``now`` would find."""
+        queued = [*self._pending.values(), *self._waiting.values()]
+        running = self._running.values()
+        ahead = sum(s.prefill_left for s in running)
+        ahead += sum(
+            self.uncached_tokens(s.request.prompt_tokens, s.request.block_hashes) for s in queued
+        )
+        remaining = sorted(s.request.max_tokens - s.generated for s in running)
+        step = self._step
+        return Backlog(
+            prefill_tokens=ahead,
+            queued=len(queued),
+            running=len(self._running),
+            decoding=sum(1 for s in running if s.prefill_left == 0),
+            remaining_tokens=tuple(remaining),
+            busy_until=step.end if step is not None else now,
+        )
+
+    def ready_at(self, now: float) -> float:
+        """When a request submitted at ``now`` could first be scheduled: after a cold start if
+        one is due (or under way), plus the fixed per-request overhead."""
+        start = now + self.params.cold_start_ms / 1000.0 if self.is_cold(now) else now
+        start = max(start, self._warm_at)
+        return start + self.params.first_token_overhead_ms / 1000.0
+
     # -- the step loop --------------------------------------------------------------------------
 
     def _has_work(self) -> bool:
@@ -207,13 +274,13 @@ class Engine:
             if seq is not None:  # else cancelled while pending
                 self._waiting[seq_id] = seq
 
-    def _admit(self, seq: _Sequence) -> None:
+    def _admit(self, seq: _Sequence, start: float) -> None:
         request = seq.request
         matched = self._cache.match(request.block_hashes)
-        # At least one prompt token is always computed: its logits give the first token.
-        seq.cached_tokens = min(matched * self.params.block_tokens, request.prompt_tokens - 1)
-        seq.cached_tokens = max(seq.cached_tokens, 0)
-        seq.prefill_left = max(request.prompt_tokens - seq.cached_tokens, 1)
+        block = self.params.block_tokens
+        seq.prefill_left = computed_prompt_tokens(request.prompt_tokens, matched, block)
+        seq.cached_tokens = request.prompt_tokens - seq.prefill_left
+        seq.scheduled_at = start
         self._queries_tokens += request.prompt_tokens
         self._hits_tokens += seq.cached_tokens
         self._running[request.seq_id] = seq
@@ -234,7 +301,7 @@ class Engine:
         while self._waiting and len(self._running) < self.params.max_num_seqs and budget > 0:
             seq_id = next(iter(self._waiting))
             seq = self._waiting.pop(seq_id)
-            self._admit(seq)
+            self._admit(seq, start)
             chunk = min(seq.prefill_left, budget)
             prefill.append((seq_id, chunk))
             budget -= chunk
@@ -249,26 +316,61 @@ class Engine:
 
     def _finish_step(self, step: _Step) -> None:
         self._step = None
-        self._free_at = self._last_active = step.end
+        end = step.end
+        self._free_at = self._last_active = end
+        running = self._running
         for seq_id, chunk in step.prefill:
-            seq = self._running.get(seq_id)
+            seq = running.get(seq_id)
             if seq is None:
                 continue  # cancelled mid-step
             seq.prefill_left -= chunk
             if seq.prefill_left == 0:
                 self._cache.insert(seq.request.block_hashes)
-                self._emit_token(seq, step.end, EventKind.FIRST_TOKEN)
-        for seq_id in step.decode:
-            seq = self._running.get(seq_id)
-            if seq is not None:
-                self._emit_token(seq, step.end, EventKind.TOKEN)
+                self._emit_token(seq, end, EventKind.FIRST_TOKEN)
+        if self._token_events:
+            for seq_id in step.decode:
+                seq = running.get(seq_id)
+                if seq is not None:
+                    self._emit_token(seq, end, EventKind.TOKEN)
+        else:
+            self._decode_quietly(step.decode, end)
+
+    def _decode_quietly(self, decode: tuple[int, ...], end: float) -> None:
+        """The decode half of a step without per-token events (the simulator's hot loop)."""
+        running, outbox = self._running, self._outbox
+        for seq_id in decode:
+            seq = running.get(seq_id)
+            if seq is None:
+                continue
+            request = seq.request
+            if request.die_after_tokens is not None:
+                self._emit_token(seq, end, EventKind.TOKEN)
+                continue
+            seq.generated += 1
+            if seq.generated >= request.max_tokens:
+                del running[seq_id]
+                outbox.append(
+                    Event(EventKind.FINISHED, seq_id, end, seq.generated, seq.cached_tokens)
+                )
+            else:
+                seq.not_before = end + request.drip_s
 
     def _emit_token(self, seq: _Sequence, at: float, kind: EventKind) -> None:
         request = seq.request
         dies_at = request.die_after_tokens
         if dies_at is None or seq.generated < dies_at:
             seq.generated += 1
-            self._outbox.append(Event(kind, request.seq_id, at, seq.generated, seq.cached_tokens))
+            if kind is EventKind.FIRST_TOKEN:
+                self._outbox.append(
+                    Event(
+                        kind, request.seq_id, at, seq.generated, seq.cached_tokens,
+                        seq.eligible_at, seq.scheduled_at,
+                    )
+                )  # fmt: skip
+            elif self._token_events:
+                self._outbox.append(
+                    Event(kind, request.seq_id, at, seq.generated, seq.cached_tokens)
+                )
         if dies_at is not None and seq.generated >= dies_at:
             del self._running[request.seq_id]
             self._outbox.append(Event(EventKind.FAILED, request.seq_id, at, seq.generated))

@@ -1,4 +1,12 @@
-"""The engine's prefix cache: a bounded LRU of chained block hashes (its KV capacity)."""
+"""The engine's prefix cache: a bounded LRU of chained block hashes (its KV capacity).
+
+Blocks are chained: block k is only usable if blocks 0..k-1 are, so a chain's head is worth
+the most and its tail the least. vLLM frees a finished request's blocks tail first into its
+LRU free queue, so the tail is evicted first and a partly evicted chain keeps a usable head.
+This cache does the same: inserting or matching a chain touches its blocks from the tail to
+the head, leaving the head most recently used. (Touching them head to tail would evict the
+head first and kill the whole chain while its later blocks linger, unusable.)
+"""
 
 from __future__ import annotations
 
@@ -17,25 +25,36 @@ class PrefixCache:
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._blocks
 
-    def match(self, hashes: Sequence[int]) -> int:
-        """Number of leading blocks cached; those are touched (most recently used).
-
-        Hashes are chained, so a miss ends the match even if later blocks are still cached.
-        """
+    def peek(self, hashes: Sequence[int]) -> int:
+        """Number of leading blocks cached, without touching them (a read-only query)."""
+        blocks = self._blocks
         matched = 0
         for block_hash in hashes:
-            if block_hash not in self._blocks:
+            if block_hash not in blocks:
                 break
-            self._blocks.move_to_end(block_hash)
             matched += 1
         return matched
 
+    def match(self, hashes: Sequence[int]) -> int:
+        """Number of leading blocks cached; those are touched, tail first.
+
+        Hashes are chained, so a miss ends the match even if later blocks are still cached.
+        """
+        matched = self.peek(hashes)
+        touch = self._blocks.move_to_end
+        for k in range(matched - 1, -1, -1):
+            touch(hashes[k])
+        return matched
+
     def insert(self, hashes: Sequence[int]) -> None:
-        for block_hash in hashes:
-            self._blocks[block_hash] = None
-            self._blocks.move_to_end(block_hash)
-        while len(self._blocks) > self._capacity:
-            self._blocks.popitem(last=False)
+        """Cache a computed chain, touching it tail first; evict least recently used blocks."""
+        blocks = self._blocks
+        for k in range(len(hashes) - 1, -1, -1):
+            block_hash = hashes[k]
+            blocks[block_hash] = None
+            blocks.move_to_end(block_hash)
+        while len(blocks) > self._capacity:
+            blocks.popitem(last=False)
 
     def clear(self) -> None:
         self._blocks.clear()

@@ -1,11 +1,12 @@
-"""The simulated fleet: one ``SimEngine`` per backend, with what configuration says about it."""
+"""The simulated fleet: one emulator ``Engine`` per backend (without per-token events), with
+what configuration says about it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from loadtests.emulator.config import EngineParams
-from loadtests.sim.engine import SimEngine
+from loadtests.emulator.engine import Engine
 from loadtests.sim.scenario import Scenario, Slowdown
 from routing.types import BackendKind, BackendSpec
 
@@ -16,7 +17,7 @@ class SimBackend:
     name: str
     region: str
     spec: BackendSpec
-    engine: SimEngine
+    engine: Engine
     base_params: EngineParams
     version: int = 0  # bumped whenever the simulator touches the engine (oracle cache key)
 
@@ -62,7 +63,7 @@ def build_fleet(scenario: Scenario) -> list[SimBackend]:
         for k in range(group.count):
             name = group.name if group.count == 1 else f"{group.name}-{k}"
             spec = backend_spec(name, group.region, group.kind, scenario.model, group.engine)
-            engine = SimEngine(group.engine, 0.0)
+            engine = Engine(group.engine, 0.0, token_events=False)
             backends.append(
                 SimBackend(len(backends), name, group.region, spec, engine, group.engine)
             )

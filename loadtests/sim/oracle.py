@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from loadtests.sim.engine import Backlog
+from loadtests.emulator.engine import Backlog
 from loadtests.sim.fleet import SimBackend
 from loadtests.sim.scenario import Scenario
 from routing.types import LatencyClass, RequestProfile

@@ -116,15 +116,16 @@ def test_fully_cached_prompt_still_computes_one_token() -> None:
     assert first_token_at(events, 2) == pytest.approx(1.001)
 
 
-def test_prefix_cache_evicts_least_recently_used() -> None:
+def test_prefix_cache_evicts_from_the_tail_of_the_least_recently_used_chain() -> None:
     eng = engine(kv_cache_blocks=4)
     a, b = (1, 2, 3), (7, 8, 9)
     for seq_id, hashes, at in ((1, a, 0.0), (2, b, 1.0), (3, a, 2.0), (4, b, 3.0)):
         eng.submit(SequenceRequest(seq_id, 48, 1, hashes), at)
         run(eng)
-    # Only 4 blocks fit, so each prompt evicts the other's leading blocks, and a chained match
-    # ends at the first missing block: no hits at all, though some blocks are still cached.
-    assert eng.counters(4.0).prefix_hits_tokens == 0
+    # Only 4 blocks fit, so each prompt evicts the other's blocks, tail first (as vLLM frees
+    # them): the head block survives and each of requests 3 and 4 hits one block (16 tokens).
+    # Head-first eviction would have killed both chains outright: no hits at all.
+    assert eng.counters(4.0).prefix_hits_tokens == 2 * 16
     eng.submit(SequenceRequest(5, 48, 1, b), 5.0)
     assert run(eng)[0].cached_tokens == 47  # b was the last one computed: all cached
 
