@@ -24,6 +24,9 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.chain.config import ChainConfig
+from gateway.chain.poller import SummaryPoller
+from gateway.chain.report import DownstreamReport
 from gateway.signals.engine_metrics import EngineMetricsConfig, EngineMetricsScraper
 from gateway.signals.engine_signals import EngineSignals
 from gateway.signals.errors import SignalError, SignalErrorKind
@@ -118,8 +121,11 @@ class SignalHub(ProbeObserver):
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         shared: SharedFleet | None = None,
+        chain: ChainConfig | None = None,
     ) -> None:
         self._targets = {t.name: t for t in targets}
+        chain = chain or ChainConfig()
+        self.gateway_id = chain.gateway_id(gateway_region)
         self._shared = shared
         self._shared_version = -1
         self._remote_active: dict[str, bool] = {}  # active-probe verdicts of other replicas
@@ -150,6 +156,16 @@ class SignalHub(ProbeObserver):
             observer=self,
             leads=shared.leads if shared is not None else _always,
         )
+        # Every replica polls its gateway-kind backends itself (gateway/chain/poller.py).
+        self.summaries = SummaryPoller(
+            targets,
+            chain.summary,
+            own_id=self.gateway_id,
+            max_hops=chain.max_hops,
+            clock=clock,
+            rng=self._rng,
+            on_change=self._dirty_backend,
+        )
         self.geo = GeoLocator(config.geo, rng=self._rng)
         self._tasks = TaskOwner()
         self._states: dict[str, BackendState] = {}
@@ -165,6 +181,7 @@ class SignalHub(ProbeObserver):
         await self.geo.start()
         await self.prober.start()
         await self.scraper.start()
+        await self.summaries.start()
         self._tasks.spawn(
             run_periodically(
                 self._tick_loop_step,
@@ -178,6 +195,7 @@ class SignalHub(ProbeObserver):
 
     async def stop(self) -> None:
         await self._tasks.stop()
+        await self.summaries.stop()
         await self.scraper.stop()
         await self.prober.stop()
         await self.geo.stop()
@@ -202,6 +220,9 @@ class SignalHub(ProbeObserver):
         self._note_traffic(backend, self._clock())
         self._handle(self.outlier.record(backend, ok, failure))
 
+    def _dirty_backend(self, backend: str) -> None:
+        self._dirty.add(backend)
+
     def _note_traffic(self, backend: str, at: float) -> None:
         self._last_traffic[backend] = at
         self._dirty.add(backend)
@@ -213,6 +234,12 @@ class SignalHub(ProbeObserver):
 
     def health(self) -> HealthView:
         return self.outlier.health()
+
+    def downstream_reports(self) -> dict[str, DownstreamReport]:
+        return self.summaries.reports()
+
+    def downstream_ids(self) -> dict[str, str]:
+        return self.summaries.remote_ids()
 
     def in_flight(self, backend: str) -> int:
         """This replica's own open requests to ``backend`` (the snapshot has the tier's)."""
@@ -283,6 +310,7 @@ class SignalHub(ProbeObserver):
         rtt_at = probe.last_ok_at if probe is not None else None
         metrics_at = engine.as_of if engine is not None else None
         known = [at for at in (rtt_at, metrics_at) if at is not None]
+        downstream = self.summaries.latest(name)
         return BackendState(
             spec=target.spec,
             healthy=name in health.healthy,
@@ -296,6 +324,8 @@ class SignalHub(ProbeObserver):
             as_of=max(known) if known else 0.0,
             rtt_as_of=rtt_at,
             metrics_as_of=metrics_at,
+            downstream_ttft_ms=downstream.ttft_ms if downstream is not None else None,
+            downstream_as_of=downstream.as_of if downstream is not None else None,
         )
 
     def _region_rtts(self) -> dict[str, float]:
@@ -347,6 +377,7 @@ class SignalHub(ProbeObserver):
         """Housekeeping the background loop runs every ``tick_interval_s``: readmissions,
         failure-rate windows, signal-age gauges. Cheap and synchronous."""
         self._handle(self.outlier.tick())
+        self._dirty.update(self.summaries.polled_backends)  # a report may have aged out
         if self._metrics is None:
             return
         now = self._clock()
