@@ -11,13 +11,11 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
-from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
 from gateway.metrics import GatewayMetrics
 from gateway.relay import Relay
+from gateway.relay_state import build_state
 from gateway.state_keys import CONFIG, METRICS, RELAY
-from gateway.upstream import UpstreamPool
-from routing.policies import build_router
 from routing.types import PolicyRouter
 
 log = logging.getLogger("meridian.app")
@@ -50,28 +48,20 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=config.limits.max_body_bytes)
     metrics = GatewayMetrics()
-    pool = UpstreamPool(config.backends, config.timeouts)
-    hub = build_signal_hub(config, metrics.registry)
-    policy = config.routing
-    relay = Relay(
-        config,
-        pool,
-        router or build_router(policy.policy, policy.params, policy.seed),
-        hub,
-        metrics,
-    )
+    # Pools, router and signal hub live in a RelayState that a reload rebuilds and swaps whole.
+    relay = Relay(build_state(config, router), metrics)
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
 
     async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
         yield
-        await pool.close()
+        await relay.pool.close()
 
     async def signals(app: web.Application) -> AsyncIterator[None]:
-        await hub.start()
+        await relay.fleet.start()
         yield
-        await hub.stop()
+        await relay.fleet.stop()
 
     app.cleanup_ctx.append(upstream_pool)
     app.cleanup_ctx.append(signals)

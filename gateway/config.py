@@ -136,6 +136,95 @@ class TimeoutsConfig(_Strict):
     total_s: Annotated[float, Field(gt=0)] = 600.0
 
 
+class TimeoutOverrides(_Strict):
+    """A route class's own stream timeouts; unset fields keep the top-level ``timeouts``."""
+
+    first_token_s: Annotated[float, Field(gt=0)] | None = None
+    inter_token_s: Annotated[float, Field(gt=0)] | None = None
+    total_s: Annotated[float, Field(gt=0)] | None = None
+
+
+class RetryConfig(_Strict):
+    """Retries (and hedges) before the first token, bounded by a budget over the client rate."""
+
+    # Each client request adds this many retry tokens; a retry or hedge spends one.
+    budget_ratio: Annotated[float, Field(ge=0, le=10)] = 0.2
+    # Tokens the bucket starts with and can hold, so a quiet gateway can still retry a few.
+    budget_burst: Annotated[float, Field(ge=0)] = 10.0
+    # A backend's Retry-After keeps it out of the candidates for that long (capped here).
+    honour_retry_after: bool = True
+    max_retry_after_s: Annotated[float, Field(ge=0)] = 30.0
+
+
+class HedgingConfig(_Strict):
+    """Opt-in: start the next candidate too when no first token has come by the hedge delay."""
+
+    enabled: bool = False
+    # None: the first candidate's predicted p90 TTFT (falls back to ``fallback_delay_ms``).
+    delay_ms: Annotated[float, Field(gt=0)] | None = None
+    min_delay_ms: Annotated[float, Field(ge=0)] = 20.0
+    fallback_delay_ms: Annotated[float, Field(gt=0)] = 500.0
+    max_hedges: Annotated[int, Field(ge=1, le=4)] = 1
+
+
+class RouteClassConfig(_Strict):
+    """Overrides for one latency class (``interactive`` or ``long_form``)."""
+
+    timeouts: TimeoutOverrides = TimeoutOverrides()
+    hedging: HedgingConfig | None = None
+
+
+class StreamsConfig(_Strict):
+    """How a stream is written to the client."""
+
+    # Bytes one stream may hold in the gateway (upstream read buffer + client write buffer).
+    buffer_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
+    # A client that has not taken the buffered bytes within this long is cut off.
+    write_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    # never: status and headers wait for the first token (failures stay invisible);
+    # when_waiting: commit a 200 once the first keepalive is due; always: at once.
+    early_headers: Literal["never", "when_waiting", "always"] = "never"
+    keepalive_s: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _keepalive_needs_headers(self) -> StreamsConfig:
+        if self.keepalive_s is not None and self.early_headers == "never":
+            raise ValueError(
+                "keepalive_s needs the response headers out before the first token: "
+                "set early_headers to 'when_waiting' or 'always'"
+            )
+        return self
+
+
+class GateLimits(_Strict):
+    max_concurrent: Annotated[int, Field(ge=1)]
+    max_queue: Annotated[int, Field(ge=0)] = 0
+
+
+class AdmissionConfig(_Strict):
+    """Bounded concurrency and queue per model and per tenant; beyond: a fast 503/429."""
+
+    per_model: GateLimits | None = None
+    per_tenant: GateLimits | None = None
+    models: dict[str, GateLimits] = Field(default_factory=dict)
+    tenants: dict[str, GateLimits] = Field(default_factory=dict)
+    queue_timeout_s: Annotated[float, Field(gt=0)] = 2.0
+    retry_after_s: Annotated[float, Field(gt=0)] = 1.0
+
+
+class DrainConfig(_Strict):
+    """SIGTERM: readiness fails, then new requests get 503 and running ones get this long."""
+
+    readiness_grace_s: Annotated[float, Field(ge=0)] = 0.0
+    deadline_s: Annotated[float, Field(ge=0)] = 30.0
+
+
+class ReloadConfig(_Strict):
+    """SIGHUP always reloads; with a poll interval the config file's changes do too."""
+
+    watch_interval_s: Annotated[float, Field(gt=0)] | None = 2.0
+
+
 class LimitsConfig(_Strict):
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
@@ -157,6 +246,15 @@ class GatewayConfig(_Strict):
     routing: RoutingConfig = RoutingConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
     limits: LimitsConfig = LimitsConfig()
+    retry: RetryConfig = RetryConfig()
+    hedging: HedgingConfig = HedgingConfig()
+    route_classes: dict[Literal["interactive", "long_form"], RouteClassConfig] = Field(
+        default_factory=dict
+    )
+    streams: StreamsConfig = StreamsConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    drain: DrainConfig = DrainConfig()
+    reload: ReloadConfig = ReloadConfig()
     signals: SignalsConfig = SignalsConfig()
 
     @model_validator(mode="after")

@@ -8,6 +8,8 @@ buffered first events, every later event is written as it arrives, and the last 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 
@@ -16,10 +18,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.errors import ApiError
-from gateway.inbound import Endpoint, parse_inbound, request_id_from, tenant_from
+from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
+from gateway.relay import Relay
 from gateway.signals.outlier import FailureKind
 from gateway.sse import comment
-from gateway.state_keys import CONFIG, METRICS, RELAY
+from gateway.sse_writer import ClientTooSlow, SseWriter
+from gateway.state_keys import METRICS, RELAY
 from gateway.stream import OpenedStream, StreamBroken
 from gateway.timing import TimingEntry, render
 
@@ -46,7 +50,7 @@ def _response_headers(request_id: str, opened: OpenedStream) -> dict[str, str]:
 
 
 async def _read_body(request: web.Request) -> bytes:
-    limit = request.app[CONFIG].limits.max_body_bytes
+    limit = request.app[RELAY].config.limits.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(
             413,
@@ -71,6 +75,7 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
     request_id = request_id_from(request.headers.get("X-Request-Id"))
     status_label = "error"
     model_label = "unknown"
+    writer: SseWriter | None = None
     try:
         body = await _read_body(request)
         client = relay.fleet.locate(request.remote, request.headers.getall("X-Forwarded-For", None))
@@ -84,9 +89,17 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
             received_at=received_at,
         )
         model_label = inbound.model
-        opened = await relay.open(inbound, _forward_headers(request, request_id))
+        streams = relay.config.streams
+        forward = _forward_headers(request, request_id)
+        if inbound.stream and streams.early_headers != "never":
+            writer = SseWriter(request, streams)
+            opened = await _open_keeping_alive(relay, inbound, forward, writer, request_id)
+        else:
+            opened = await relay.open(inbound, forward)
     except ApiError as err:
         status_label = str(err.status)
+        if writer is not None and writer.response is not None:
+            return await _error_after_headers(writer, err)
         return err.to_response({"X-Request-Id": request_id})
     finally:
         if status_label != "error":
@@ -97,12 +110,54 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
         if not inbound.stream:
             failure = None
             return _whole_body(request_id, opened)
-        response, failure = await _relay_stream(request, request_id, opened)
-        return response
+        writer = writer or SseWriter(request, relay.config.streams)
+        failure = await _relay_stream(request, writer, request_id, opened)
+        assert writer.response is not None
+        return writer.response
     finally:
         relay.finish(inbound, opened, time.perf_counter(), failure)
         outcome = "200" if failure is None else failure.value
         metrics.requests.labels("http", endpoint.value, model_label, outcome).inc()
+
+
+async def _open_keeping_alive(
+    relay: Relay,
+    inbound: InboundRequest,
+    forward: dict[str, str],
+    writer: SseWriter,
+    request_id: str,
+) -> OpenedStream:
+    """Open while sending SSE comment keepalives; the headers go out early (operator's choice)."""
+    streams = relay.config.streams
+    task = asyncio.ensure_future(relay.open(inbound, forward))
+    headers = {"X-Request-Id": request_id}
+    try:
+        if streams.early_headers == "always":
+            await writer.start(headers, flush=True)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=streams.keepalive_s)
+            if done:
+                return task.result()
+            if not writer.started:
+                await writer.start(headers, flush=True)
+            await writer.keepalive()
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ApiError):
+                await task
+        elif not task.cancelled() and task.exception() is None:
+            relay.finish(inbound, task.result(), time.perf_counter(), FailureKind.CANCELLED)
+        raise
+
+
+async def _error_after_headers(writer: SseWriter, err: ApiError) -> web.StreamResponse:
+    """Every attempt failed after early headers committed a 200: the error is an event."""
+    assert writer.response is not None
+    with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
+        await writer.write(err.sse_event())
+        await writer.response.write_eof()
+    return writer.response
 
 
 def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
@@ -127,43 +182,50 @@ def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
 
 
 async def _relay_stream(
-    request: web.Request, request_id: str, opened: OpenedStream
-) -> tuple[web.StreamResponse, FailureKind | None]:
-    """Write the stream; returns the response and how it failed (None when complete)."""
-    response = web.StreamResponse(status=200, headers=_response_headers(request_id, opened))
-    response.content_type = "text/event-stream"
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
+    request: web.Request, writer: SseWriter, request_id: str, opened: OpenedStream
+) -> FailureKind | None:
+    """Write the stream; returns how it failed (None when complete)."""
+    safety = request.app[RELAY].safety
     try:
-        await response.prepare(request)
+        if writer.started:  # early headers: the route is known only now
+            await writer.write(comment("meridian-route " + opened.route.header()))
+        else:
+            await writer.start(_response_headers(request_id, opened))
         async for event in opened.all_events():
             if event.is_done:
-                await _end(response, opened)
-                return response, None
-            await response.write(event.raw)
+                await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+                await writer.end(b"data: [DONE]\n\n")
+                return None
+            await writer.write(event.raw, opened.buffered_bytes())
     except StreamBroken as broken:
         log.warning("stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
         request.app[METRICS].stream_errors.labels(opened.route.backend, broken.kind).inc()
-        try:
-            await response.write(broken.error.sse_event())
-            await response.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
-        except _CLIENT_GONE:
-            pass
-        stalled = broken.kind == "upstream_stalled"
-        return response, FailureKind.TIMEOUT if stalled else FailureKind.SERVER_ERROR
+        with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
+            await writer.write(broken.error.sse_event())
+            await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+        return _BROKEN_AS.get(broken.kind, FailureKind.SERVER_ERROR)
+    except ClientTooSlow as slow:
+        log.warning("client too slow backend=%s: %s", opened.route.backend, slow)
+        request.app[METRICS].stream_errors.labels(opened.route.backend, "client_too_slow").inc()
+        writer.abort()
+        return FailureKind.CANCELLED
     except _CLIENT_GONE:
-        return response, FailureKind.CANCELLED
+        return FailureKind.CANCELLED
+    finally:
+        safety.stream_buffer.observe(writer.max_buffered)
     raise AssertionError("all_events() ends at [DONE] or raises StreamBroken")
+
+
+# How a stream that broke after its first token counts against its backend.
+_BROKEN_AS = {
+    "upstream_stalled": FailureKind.TIMEOUT,
+    "deadline_exceeded": FailureKind.CANCELLED,  # the request's budget, not the backend's fault
+    "gateway_draining": FailureKind.CANCELLED,
+}
 
 
 def _summary_json(opened: OpenedStream) -> str:
     return orjson.dumps(opened.summary(time.perf_counter())).decode()
-
-
-async def _end(response: web.StreamResponse, opened: OpenedStream) -> None:
-    await response.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
-    await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -175,7 +237,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    config = request.app[CONFIG]
+    config = request.app[RELAY].config
     data = [
         {"id": model, "object": "model", "created": 0, "owned_by": "meridian"}
         for model in config.models()
@@ -192,9 +254,11 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     relay = request.app[RELAY]
     health = relay.fleet.health()
-    ready = bool(health.usable)
+    draining = relay.drain.not_ready
+    ready = bool(health.usable) and not draining
     body = {
         "ready": ready,
+        "draining": draining,
         "backends_usable": len(health.usable),
         "backends_total": len(relay.pool.clients),
         "backends_ejected": sorted(health.ejected_until),

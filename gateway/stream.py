@@ -1,8 +1,10 @@
 """One upstream exchange after it produced its first token (or its whole non-streaming body).
 
-:class:`OpenedStream` owns the upstream response until :meth:`OpenedStream.finish`; it yields the
-remaining SSE events with the inter-token timeout applied, keeps the numbers the end-of-stream
-summary needs, and turns a broken upstream into :class:`StreamBroken` — never a silent end.
+:class:`OpenedStream` owns the upstream response until :meth:`OpenedStream.close`; it yields the
+remaining SSE events with the inter-token timeout and the request deadline applied, keeps the
+numbers the end-of-stream summary needs, and turns everything that can go wrong after the first
+token — the upstream breaking, stalling, sending malformed SSE or an error event, the deadline,
+the gateway draining — into :class:`StreamBroken`: never a silent end, never a retry.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -21,6 +23,10 @@ from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry
 from routing.types import BackendSpec
 
+if TYPE_CHECKING:
+    from gateway.admission import Ticket
+    from gateway.relay_state import RelayState
+
 
 @dataclass(frozen=True, slots=True)
 class RouteInfo:
@@ -29,24 +35,47 @@ class RouteInfo:
     kind: str
     attempts: int
     predicted_ttft_ms: float | None = None
+    hedges: int = 0  # of the attempts, how many were hedges (started while another ran)
 
     def header(self) -> str:
         text = (
             f"region={self.region}; backend={self.backend}; kind={self.kind}; "
             f"attempts={self.attempts}"
         )
+        if self.hedges:
+            text += f"; hedges={self.hedges}"
         if self.predicted_ttft_ms is not None:
             text += f"; predicted_ttft_ms={self.predicted_ttft_ms:.1f}"
         return text
 
 
 class StreamBroken(Exception):
-    """The upstream failed after the client already got tokens."""
+    """The stream failed after the client already got tokens; ``error`` is what it is told."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, status: int = 502) -> None:
         super().__init__(message)
         self.kind = kind
-        self.error = ApiError(502, message, "server_error", kind)
+        self.error = ApiError(status, message, "server_error", kind)
+
+
+class StreamAborted(Exception):
+    """Put into an upstream response's reader to end its stream from outside (drain)."""
+
+    def __init__(self, kind: str, message: str, status: int = 503) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+def is_malformed(event: SseEvent, obj: dict[str, Any] | None) -> bool:
+    """A data event that is neither ``[DONE]`` nor a JSON object: no OpenAI server sends one."""
+    return event.data is not None and obj is None and not event.is_done
+
+
+def upstream_error(obj: dict[str, Any]) -> str:
+    error = obj.get("error")
+    message = error.get("message") if isinstance(error, dict) else error
+    return f"upstream sent an error mid-stream: {str(message)[:500]}"
 
 
 def event_carries_output(event: SseEvent) -> tuple[bool, dict[str, Any] | None]:
@@ -93,6 +122,9 @@ class OpenedStream:
     predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
     saw_done: bool = False
     finished: bool = False
+    state: RelayState | None = None  # the relay state the request started on
+    ticket: Ticket | None = None  # admission slots, released by Relay.finish
+    consumed: int = 0  # upstream body bytes taken out of aiohttp's reader
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         if carries and not event.is_done:
@@ -113,32 +145,58 @@ class OpenedStream:
     async def events(self) -> AsyncIterator[SseEvent]:
         """The events after the first token, as they arrive."""
         assert self.splitter is not None
-        content = self.response.content
         while not self.saw_done:
-            timeout = self.inter_token_s
-            if self.deadline is not None:
-                timeout = min(timeout, self.deadline - time.perf_counter())
-            try:
-                async with asyncio.timeout(max(0.0, timeout)):
-                    chunk = await content.readany()
-            except TimeoutError:
-                raise StreamBroken(
-                    "upstream_stalled", f"upstream sent nothing for {timeout:.1f}s mid-stream"
-                ) from None
-            except (aiohttp.ClientError, OSError) as exc:
-                raise StreamBroken(
-                    "upstream_disconnected", f"upstream connection broke mid-stream: {exc!r}"
-                ) from None
+            chunk = await self._next_chunk()
             try:
                 events = self.splitter.feed(chunk) if chunk else self.splitter.flush()
             except ValueError as exc:
                 raise StreamBroken("upstream_malformed", str(exc)) from None
             for event in events:
                 carries, obj = event_carries_output(event)
+                if is_malformed(event, obj):
+                    if not chunk:  # an unterminated last event that does not parse: cut short
+                        raise StreamBroken("upstream_truncated", "upstream stream ended mid-event")
+                    raise StreamBroken("upstream_malformed", "upstream sent a non-JSON data event")
+                if obj is not None and "error" in obj:
+                    raise StreamBroken("upstream_error_event", upstream_error(obj))
                 self.note(event, obj, carries)
                 yield event
             if not chunk and not self.saw_done:
                 raise StreamBroken("upstream_truncated", "upstream stream ended without [DONE]")
+
+    async def _next_chunk(self) -> bytes:
+        """The next upstream bytes (b"" at the end); every failure becomes StreamBroken."""
+        idle_s = self.inter_token_s
+        left_s = self.deadline - time.perf_counter() if self.deadline is not None else idle_s
+        try:
+            async with asyncio.timeout(max(0.0, min(idle_s, left_s))):
+                chunk = await self.response.content.readany()
+        except TimeoutError:
+            if left_s < idle_s:
+                raise StreamBroken(
+                    "deadline_exceeded", "the request's total deadline passed mid-stream", 504
+                ) from None
+            raise StreamBroken(
+                "upstream_stalled", f"upstream sent nothing for {idle_s:.1f}s mid-stream"
+            ) from None
+        except StreamAborted as aborted:
+            raise StreamBroken(aborted.kind, str(aborted), aborted.status) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise StreamBroken(
+                "upstream_disconnected", f"upstream connection broke mid-stream: {exc!r}"
+            ) from None
+        self.consumed += len(chunk)
+        return chunk
+
+    def abort(self, kind: str, message: str, status: int = 503) -> None:
+        """End the stream from outside: the reader wakes with :class:`StreamAborted`."""
+        if not self.finished and not self.saw_done and self.body is None:
+            self.response.content.set_exception(StreamAborted(kind, message, status))
+
+    def buffered_bytes(self) -> int:
+        """Upstream bytes read from the socket but not yet relayed (aiohttp's reader + ours)."""
+        pending = self.splitter.pending_bytes if self.splitter is not None else 0
+        return pending + self.response.content.total_bytes - self.consumed
 
     def output_tokens(self) -> int:
         if self.usage and isinstance(self.usage.get("completion_tokens"), int):

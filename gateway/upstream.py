@@ -68,14 +68,29 @@ def _trace_config() -> aiohttp.TraceConfig:
 
 
 class UpstreamClient:
-    """Sends requests to one backend over its own connection pool."""
+    """Sends requests to one backend over its own connection pool.
 
-    def __init__(self, backend: BackendConfig, timeouts: TimeoutsConfig) -> None:
+    ``read_bufsize`` bounds what one response may buffer in the gateway: aiohttp stops reading
+    the upstream socket when twice that is waiting unread, so a stream whose client is slow
+    pushes back on its backend through TCP instead of filling the gateway's memory.
+    """
+
+    def __init__(
+        self, backend: BackendConfig, timeouts: TimeoutsConfig, read_bufsize: int = 2**16
+    ) -> None:
         self.backend = backend
         self.base_url = backend.base_url()
         self._api_key = backend.api_key.resolve() if backend.api_key is not None else None
         self._timeouts = timeouts
+        self.read_bufsize = read_bufsize
         self._session: aiohttp.ClientSession | None = None
+
+    def same_settings(self, backend: BackendConfig, timeouts: TimeoutsConfig, bufsize: int) -> bool:
+        return (
+            self.backend == backend
+            and self._timeouts.connect_s == timeouts.connect_s
+            and self.read_bufsize == bufsize
+        )
 
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -89,6 +104,7 @@ class UpstreamClient:
                 trace_configs=[_trace_config()],
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent",),
+                read_bufsize=self.read_bufsize,
             )
         return self._session
 
@@ -136,10 +152,32 @@ class UpstreamClient:
 
 
 class UpstreamPool:
-    """The clients for every configured backend, by name."""
+    """The clients for every configured backend, by name.
 
-    def __init__(self, backends: list[BackendConfig], timeouts: TimeoutsConfig) -> None:
-        self.clients = {b.name: UpstreamClient(b, timeouts) for b in backends}
+    ``reuse``: a previous pool (before a reload) whose clients are kept, warm connections and
+    in-flight streams included, for every backend whose settings did not change.
+    """
+
+    def __init__(
+        self,
+        backends: list[BackendConfig],
+        timeouts: TimeoutsConfig,
+        read_bufsize: int = 2**16,
+        reuse: UpstreamPool | None = None,
+    ) -> None:
+        old = reuse.clients if reuse is not None else {}
+        self.clients: dict[str, UpstreamClient] = {}
+        for backend in backends:
+            kept = old.get(backend.name)
+            if kept is not None and kept.same_settings(backend, timeouts, read_bufsize):
+                self.clients[backend.name] = kept
+            else:
+                self.clients[backend.name] = UpstreamClient(backend, timeouts, read_bufsize)
+
+    def not_in(self, other: UpstreamPool) -> list[UpstreamClient]:
+        """This pool's clients that ``other`` does not share: what a reload retires."""
+        shared = {id(c) for c in other.clients.values()}
+        return [c for c in self.clients.values() if id(c) not in shared]
 
     def __getitem__(self, name: str) -> UpstreamClient:
         return self.clients[name]

@@ -1,7 +1,12 @@
-"""``meridian serve``: run the gateway until SIGINT/SIGTERM.
+"""``meridian serve``: run the gateway until SIGTERM/SIGINT; SIGHUP reloads the config.
 
 Without ``--config`` it runs the embedded default: in-memory state and a small emulated
 three-region fleet started in the same process, so one command gives a working gateway.
+
+SIGTERM (or SIGINT) drains gracefully (see gateway/drain.py): readiness fails, new requests
+get 503, running streams finish until ``drain.deadline_s``; then the process exits 0. A second
+SIGTERM/SIGINT skips what is left of the drain. SIGHUP, or a change to the config file when
+``reload.watch_interval_s`` is set, reloads the configuration (see gateway/reload.py).
 """
 
 from __future__ import annotations
@@ -13,8 +18,13 @@ import logging
 import signal
 import sys
 
-from gateway.app import start_gateway
+from aiohttp import web
+
+from gateway.app import RunningGateway, start_gateway
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.drain import drain
+from gateway.reload import Reloader
+from gateway.state_keys import RELAY
 
 log = logging.getLogger("meridian.serve")
 
@@ -28,11 +38,38 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+async def _drain_grpc(app: web.Application) -> None:
+    if app[RELAY].config.listen.grpc_port is None:
+        return
+    from gateway.grpc.mount import GRPC_SERVER  # grpc loads only when the door is configured
+
+    server = app.get(GRPC_SERVER)
+    if server is not None:
+        await server.drain()
+
+
+async def _drain(gateway: RunningGateway, stop_now: asyncio.Event) -> None:
+    relay = gateway.app[RELAY]
+    draining = asyncio.ensure_future(drain(relay.drain, relay.config.drain))
+    await _drain_grpc(gateway.app)
+    forced = asyncio.ensure_future(stop_now.wait())
+    await asyncio.wait({draining, forced}, return_when=asyncio.FIRST_COMPLETED)
+    if not draining.done():
+        log.warning("second signal: stopping without waiting for the drain")
+        draining.cancel()
+    forced.cancel()
+    await asyncio.gather(draining, forced, return_exceptions=True)
+
+
 async def _serve(args: argparse.Namespace) -> int:
-    stop = asyncio.Event()
+    stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_stop_signal() -> None:
+        (stop_now if stop.is_set() else stop).set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_stop_signal)
     async with contextlib.AsyncExitStack() as stack:
         if args.config:
             config: GatewayConfig = load_config(args.config)
@@ -42,11 +79,18 @@ async def _serve(args: argparse.Namespace) -> int:
             config = await stack.enter_async_context(start_embedded_fleet())
         gateway = await start_gateway(config, args.host, args.port)
         stack.push_async_callback(gateway.close)
+        if args.config:
+            reloader = Reloader(gateway.app[RELAY], args.config)
+            stack.push_async_callback(reloader.close)
+            loop.add_signal_handler(signal.SIGHUP, reloader.request, "SIGHUP")
+            if config.reload.watch_interval_s is not None:
+                reloader.request_watch(config.reload.watch_interval_s)
         models = ", ".join(config.models())
         log.info("meridian listening on %s (models: %s)", gateway.url, models)
         print(f"meridian listening on {gateway.url}", flush=True)
         await stop.wait()
-        log.info("shutting down")
+        log.info("shutting down: draining")
+        await _drain(gateway, stop_now)
     return 0
 
 

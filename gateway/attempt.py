@@ -1,0 +1,228 @@
+"""One upstream attempt: send the request to one candidate and read until its first token.
+
+An attempt ends one of three ways: an :class:`OpenedStream` (the first token, or a whole
+non-streaming body, is in), an :class:`AttemptFailure` (refused, reset, timed out, 429/5xx, an
+error event, malformed or empty before the first token: the relay may move on), or an
+exception — :class:`ApiError` when the backend says the request itself is bad (400/413/422),
+or cancellation (the client left, a hedge lost, the deadline passed). Whatever the ending, the
+attempt leaves the router's and the fleet's in-flight counts exactly once and closes its
+upstream response unless it hands it over inside the OpenedStream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from gateway.errors import ApiError
+from gateway.inbound import InboundRequest
+from gateway.metrics import GatewayMetrics
+from gateway.relay_state import ClassPolicy, RelayState
+from gateway.signals.outlier import FailureKind
+from gateway.sse import SseSplitter
+from gateway.stream import OpenedStream, RouteInfo, event_carries_output, is_malformed
+from gateway.timing import StreamStats, TimingEntry, label_hop, parse
+from gateway.upstream import ConnectionTiming
+from routing.types import Candidate, Observation
+
+_CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
+_MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailure:
+    backend: str
+    kind: str  # connect | timeout | status | error_event | malformed | empty
+    message: str
+    status: int | None = None
+    retry_after_s: float | None = None
+
+    def outlier_kind(self) -> FailureKind:
+        """How outlier detection counts it: 429 is back-pressure, not a fault."""
+        if self.kind == "connect":
+            return FailureKind.CONNECT_ERROR
+        if self.kind == "timeout":
+            return FailureKind.TIMEOUT
+        if self.status == 429:
+            return FailureKind.CLIENT_ERROR
+        return FailureKind.SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptContext:
+    """What every attempt of one request shares."""
+
+    state: RelayState
+    metrics: GatewayMetrics
+    inbound: InboundRequest
+    forward_headers: Mapping[str, str]
+    policy: ClassPolicy
+
+
+def retry_after(response: aiohttp.ClientResponse) -> float | None:
+    value = response.headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def error_message(body: bytes) -> str:
+    try:
+        obj = orjson.loads(body)
+        message = obj["error"]["message"] if isinstance(obj.get("error"), dict) else obj["message"]
+        return str(message)[:500]
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return body[:200].decode(errors="replace")
+
+
+async def run_attempt(
+    ctx: AttemptContext, candidate: Candidate, attempt: int
+) -> OpenedStream | AttemptFailure:
+    """Try ``candidate``; the router already counts it in flight (decide or reserve)."""
+    name = candidate.backend
+    state = ctx.state
+    timing = ConnectionTiming()
+    sent_at = time.perf_counter()
+    state.fleet.on_request_start(name)
+    ctx.metrics.in_flight.labels(name).inc()
+    response: aiohttp.ClientResponse | None = None
+    first_token_s = ctx.policy.first_token_s
+    try:
+        async with asyncio.timeout(first_token_s):
+            response = await state.pool[name].post(
+                ctx.inbound.endpoint.path, ctx.inbound.body, ctx.forward_headers, timing
+            )
+            if response.status != 200:
+                return await _status_failure(ctx, name, response)
+            spec = state.specs[name]
+            route = RouteInfo(
+                name, spec.region, spec.kind.value, attempt, candidate.predicted_ttft_ms
+            )
+            opened = OpenedStream(
+                spec,
+                route,
+                response,
+                StreamStats(started_at=ctx.inbound.received_at),
+                [],
+                inter_token_s=ctx.policy.inter_token_s,
+                state=state,
+            )
+            failure = await _read_first(opened, ctx.inbound.stream)
+            if failure is not None:
+                return failed(ctx, failure, response)
+    except TimeoutError:
+        message = f"no first token within {first_token_s:.1f}s"
+        return failed(ctx, AttemptFailure(name, "timeout", message), response)
+    except (aiohttp.ClientError, OSError) as exc:
+        return failed(ctx, AttemptFailure(name, "connect", repr(exc)), response)
+    except ApiError:  # the backend says the request itself is bad
+        state.router.release(name)
+        release(ctx, name, response, FailureKind.CLIENT_ERROR)
+        raise
+    except BaseException:  # cancelled: the client went away, a hedge lost, the deadline
+        state.router.release(name)
+        release(ctx, name, response, FailureKind.CANCELLED)
+        raise
+    _record_first_token(ctx, opened, candidate, timing, sent_at)
+    return opened
+
+
+def _record_first_token(
+    ctx: AttemptContext,
+    opened: OpenedStream,
+    candidate: Candidate,
+    timing: ConnectionTiming,
+    sent_at: float,
+) -> None:
+    name = candidate.backend
+    opened.upstream_ttfb_ms = (time.perf_counter() - sent_at) * 1000.0
+    opened.predicted_terms_ms = candidate.terms_ms
+    upstream_hop = parse(opened.response.headers.get("Server-Timing", ""))
+    opened.entries.extend(
+        [
+            TimingEntry("upstream_connect", timing.connect_ms),
+            TimingEntry("upstream_ttfb", opened.upstream_ttfb_ms),
+            *label_hop(upstream_hop, name),
+        ]
+    )
+    ctx.metrics.upstream_attempts.labels(name, "ok").inc()
+
+
+async def _read_first(opened: OpenedStream, stream: bool) -> AttemptFailure | None:
+    """Read until the first token (streaming) or the whole body; None when it came."""
+    name = opened.route.backend
+    if not stream:
+        opened.body = await opened.response.read()
+        opened.stats.on_token_event(time.perf_counter())
+        return None
+    splitter = SseSplitter()
+    opened.splitter = splitter
+    while True:
+        chunk = await opened.response.content.readany()
+        opened.consumed += len(chunk)
+        try:
+            events = splitter.feed(chunk) if chunk else splitter.flush()
+        except ValueError as exc:
+            return AttemptFailure(name, "malformed", str(exc))
+        for event in events:
+            carries, obj = event_carries_output(event)
+            if is_malformed(event, obj):
+                return AttemptFailure(name, "malformed", "non-JSON data event before first token")
+            if obj is not None and "error" in obj:
+                return AttemptFailure(name, "error_event", error_message(event.data or b""))
+            opened.note(event, obj, carries)
+            opened.first_events.append(event)
+        if opened.stats.first_token_at is not None or opened.saw_done:
+            return None
+        if not chunk:
+            return AttemptFailure(name, "empty", "stream ended before the first token")
+
+
+async def _status_failure(
+    ctx: AttemptContext, name: str, response: aiohttp.ClientResponse
+) -> AttemptFailure:
+    body = await response.content.read(_MAX_ERROR_BODY)
+    message = error_message(body)
+    if response.status in _CLIENT_ERROR_STATUSES:
+        raise ApiError(response.status, message, "invalid_request_error", "upstream_rejected")
+    failure = AttemptFailure(
+        name, "status", f"HTTP {response.status}: {message}", response.status, retry_after(response)
+    )
+    return failed(ctx, failure, response)
+
+
+def failed(
+    ctx: AttemptContext, failure: AttemptFailure, response: aiohttp.ClientResponse | None
+) -> AttemptFailure:
+    name = failure.backend
+    ctx.metrics.upstream_attempts.labels(name, failure.kind).inc()
+    release(ctx, name, response, failure.outlier_kind())
+    ctx.state.router.observe(
+        Observation(backend=name, at=time.monotonic(), ok=False, error_kind=failure.kind)
+    )
+    return failure
+
+
+def release(
+    ctx: AttemptContext,
+    name: str,
+    response: aiohttp.ClientResponse | None,
+    failure: FailureKind | None,
+) -> None:
+    if response is not None:
+        response.close()
+    ctx.metrics.in_flight.labels(name).dec()
+    ctx.state.fleet.on_request_end(name, failure is None, failure)
+
+
+def discard(ctx: AttemptContext, opened: OpenedStream) -> None:
+    """A hedge that produced its first token too late: close it as if cancelled."""
+    opened.close()
+    ctx.state.router.release(opened.route.backend)
+    release(ctx, opened.route.backend, None, FailureKind.CANCELLED)

@@ -1,0 +1,138 @@
+"""Hot reload: SIGHUP, or the config file changing, applies a new configuration in place.
+
+The new file is loaded and validated first; if it is invalid the running configuration stays
+and the log says why (file, key, what was expected). If it is valid a new
+:class:`~gateway.relay_state.RelayState` is built — reusing the router, the signal hub and each
+backend's connection pool wherever their configuration did not change — and swapped in with one
+assignment. Requests already running keep the state they started on; once none is left, the
+parts only the old state used (removed backends' pools, a replaced hub) are closed: removed
+backends drain instead of being cut off. What only a restart can change (the listening
+sockets, the body-size limit, shared state) is reported and left as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.relay import Relay
+from gateway.relay_state import RelayState, build_state
+
+log = logging.getLogger("meridian.reload")
+
+
+def _restart_only(old: GatewayConfig, new: GatewayConfig) -> list[str]:
+    changed = []
+    if old.listen != new.listen:
+        changed.append("listen")
+    if old.limits.max_body_bytes != new.limits.max_body_bytes:
+        changed.append("limits.max_body_bytes")
+    if getattr(old, "state", None) != getattr(new, "state", None):
+        changed.append("state")
+    return changed
+
+
+def _file_digest(path: Path) -> bytes | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
+
+
+class Reloader:
+    def __init__(self, relay: Relay, path: str | Path) -> None:
+        self.relay = relay
+        self.path = Path(path)
+        self._lock = asyncio.Lock()
+        self._digest = _file_digest(self.path)
+        self._tasks: set[asyncio.Task[object]] = set()
+
+    def request(self, reason: str) -> None:
+        """From a signal handler: reload soon, in a task of its own."""
+        self._spawn(self.reload(reason))
+
+    async def reload(self, reason: str) -> bool:
+        """Load, validate and apply the file; True when a new configuration was applied."""
+        async with self._lock:
+            self._digest = _file_digest(self.path)
+            outcomes = self.relay.safety.reloads
+            try:
+                config = load_config(self.path)
+                if config == self.relay.config:
+                    log.info("config reload (%s): %s unchanged", reason, self.path)
+                    outcomes.labels("unchanged").inc()
+                    return False
+                state = build_state(
+                    _keep_restart_only(self.relay.config, config), None, self.relay.state
+                )
+            except ConfigError as exc:
+                log.error(
+                    "config reload (%s) rejected, keeping the running config:\n%s", reason, exc
+                )
+                outcomes.labels("rejected").inc()
+                return False
+            await self._apply(state, reason)
+            outcomes.labels("applied").inc()
+            return True
+
+    async def _apply(self, state: RelayState, reason: str) -> None:
+        old_config = self.relay.config
+        if state.fleet is not self.relay.state.fleet:
+            await state.fleet.start()
+        old = self.relay.swap(state)
+        before = {b.name for b in old_config.backends}
+        after = {b.name for b in state.config.backends}
+        log.info(
+            "config reloaded (%s): backends added=%s removed=%s; %d request(s) finish on the old",
+            reason,
+            sorted(after - before) or "none",
+            sorted(before - after) or "none",
+            old.active,
+        )
+        self._spawn(self._retire(old, state))
+
+    async def _retire(self, old: RelayState, new: RelayState) -> None:
+        await old.wait_idle()
+        for client in old.pool.not_in(new.pool):
+            await client.close()
+        if old.fleet is not new.fleet:
+            await old.fleet.stop()
+
+    def request_watch(self, interval_s: float) -> None:
+        self._spawn(self.watch(interval_s))
+
+    async def watch(self, interval_s: float) -> None:
+        """Poll the file; reload when its bytes change."""
+        while True:
+            await asyncio.sleep(interval_s)
+            digest = _file_digest(self.path)
+            if digest is not None and digest != self._digest:
+                await self.reload("file changed")
+
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _keep_restart_only(old: GatewayConfig, new: GatewayConfig) -> GatewayConfig:
+    """``new`` with the parts only a restart can change put back as they run now."""
+    changed = _restart_only(old, new)
+    if not changed:
+        return new
+    log.warning("config reload: %s change(s) need a restart; keeping the running values", changed)
+    limits = new.limits.model_copy(update={"max_body_bytes": old.limits.max_body_bytes})
+    update: dict[str, object] = {"listen": old.listen, "limits": limits}
+    if hasattr(old, "state"):
+        update["state"] = old.state
+    return new.model_copy(update=update)

@@ -1,0 +1,97 @@
+"""Writing an SSE response to a client that may be slow, with bounded memory per stream.
+
+aiohttp's ``StreamResponse.write`` hands bytes to the transport and only waits for it to drain
+once 64 KiB have been written since the last wait, so on its own a slow reader lets the
+transport's buffer grow past its high-water mark by up to that much. :class:`SseWriter` sets
+the high-water mark explicitly (half the stream's ``buffer_bytes``; the other half is the
+upstream reader's, see ``UpstreamClient.read_bufsize``) and, after a write leaves more than
+that queued, waits for the client to take it — at most ``write_timeout_s``, then the client is
+cut off (:class:`ClientTooSlow`). While it waits nothing is read from upstream, so the upstream
+socket fills and TCP pushes back on the backend. Other streams never wait for this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from gateway.config import StreamsConfig
+from gateway.sse import comment
+
+
+class ClientTooSlow(Exception):
+    """The client did not take the buffered bytes within the write timeout."""
+
+
+class SseWriter:
+    def __init__(self, request: web.Request, config: StreamsConfig) -> None:
+        self.request = request
+        self.response: web.StreamResponse | None = None
+        self._high = config.buffer_bytes // 2
+        self._timeout_s = config.write_timeout_s
+        self.max_buffered = 0  # most bytes held for this stream: client transport + upstream
+
+    @property
+    def started(self) -> bool:
+        return self.response is not None
+
+    async def start(self, headers: Mapping[str, str], *, flush: bool = False) -> None:
+        """Send the 200 and SSE headers (with the first write, or now when ``flush``)."""
+        response = web.StreamResponse(status=200, headers=dict(headers))
+        response.content_type = "text/event-stream"
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+        await response.prepare(self.request)
+        self.response = response
+        transport = self.request.transport
+        if transport is not None:
+            transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
+        if flush:
+            self.request.writer.send_headers()
+
+    async def write(self, data: bytes, upstream_held: int = 0) -> None:
+        """Write, then wait while the client is behind; ``upstream_held``: for the record."""
+        assert self.response is not None
+        if len(data) > self._high // 4:
+            # A write this large can fill the buffer by itself; aiohttp may wait inside it.
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    await self.response.write(data)
+            except TimeoutError:
+                raise ClientTooSlow(self._too_slow()) from None
+        else:
+            await self.response.write(data)
+        transport = self.request.transport
+        if transport is None:
+            raise ConnectionResetError("client connection closed")
+        queued = transport.get_write_buffer_size()
+        if queued + upstream_held > self.max_buffered:
+            self.max_buffered = queued + upstream_held
+        if queued > self._high:
+            await self._wait_for_client()
+
+    async def _wait_for_client(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self.request.writer.drain()
+        except TimeoutError:
+            raise ClientTooSlow(self._too_slow()) from None
+
+    def _too_slow(self) -> str:
+        return f"client took none of {self._high} buffered bytes within {self._timeout_s:.1f}s"
+
+    async def keepalive(self) -> None:
+        await self.write(comment("keepalive"))
+
+    async def end(self, last: bytes) -> None:
+        assert self.response is not None
+        await self.write(last)
+        await self.response.write_eof()
+
+    def abort(self) -> None:
+        """Cut the client off (it is too slow): no more bytes, the connection closes."""
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
