@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace_s = time.perf_counter() - started
     backends = sum(group.count for group in scenario.backends)
     print(
-        f"scenario {scenario.name}: {len(trace.requests)} requests over {trace.span_s:.0f} s, "
+        f"scenario {scenario.name}: {len(trace)} requests over {trace.span_s:.0f} s, "
         f"{backends} backends, {len(trace.gateways)} gateways "
         f"(trace built in {trace_s:.1f} s)",
         flush=True,
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or Path("loadtests/results") / f"sim-{scenario.name}"
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, object] = {
-        "requests": len(trace.requests),
+        "requests": len(trace),
         "backends": backends,
         "gateways": len(trace.gateways),
         "span_s": trace.span_s,

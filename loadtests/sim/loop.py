@@ -49,7 +49,9 @@ class Simulation:
         self.by_name = {b.name: b for b in self.backends}
         self.signals = SignalModel(scenario, self.backends, trace.gateways)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
-        self.results = ResultColumns(len(trace.requests), len(self.backends))
+        self.results = ResultColumns(len(trace), len(self.backends))
+        self._requests = trace.requests()
+        self._upcoming: TraceRequest | None = next(self._requests, None)
         self._heap: list[tuple[float, int, int, int]] = []
         self._order = 0
         self._wake_at = [math.inf] * len(self.backends)
@@ -73,9 +75,9 @@ class Simulation:
         heapq.heappush(self._heap, (at, self._order, kind, ref))
 
     def run(self) -> PolicyRun:
-        requests, background = self.trace.requests, self.trace.background
-        if requests:
-            self._push(requests[0].at, ARRIVAL, 0)
+        background = self.trace.background
+        if self._upcoming is not None:
+            self._push(self._upcoming.at, ARRIVAL, 0)
         if background:
             self._push(background[0].at, BACKGROUND, 0)
         self._push(0.0, TICK, 0)
@@ -92,10 +94,12 @@ class Simulation:
     # -- requests ---------------------------------------------------------------------------
 
     def _arrival(self, now: float, i: int) -> None:
-        requests = self.trace.requests
-        if i + 1 < len(requests):
-            self._push(requests[i + 1].at, ARRIVAL, i + 1)
-        request = requests[i]
+        request = self._upcoming
+        assert request is not None and request.id == i
+        self._upcoming = upcoming = next(self._requests, None)
+        if upcoming is not None:
+            self._push(upcoming.at, ARRIVAL, i + 1)
+        self.results.arrived(i, request.prompt_tokens, request.long_form)
         gateway = self.signals.gateways[request.gateway]
         hashes = request.hashes
         profile = RequestProfile(

@@ -25,8 +25,15 @@ class ResultColumns:
         self.finish_at: F64 = nan.copy()
         self.output_tokens: I64 = np.zeros(requests, dtype=np.int64)
         self.cached_tokens: I64 = np.zeros(requests, dtype=np.int64)
+        # What the summary needs of each request, kept here because the trace is not stored.
+        self.prompt_tokens: I64 = np.zeros(requests, dtype=np.int64)
+        self.long_form: npt.NDArray[np.bool_] = np.zeros(requests, dtype=np.bool_)
         self.backends = backends
         self.rejections = 0
+
+    def arrived(self, i: int, prompt_tokens: int, long_form: bool) -> None:
+        self.prompt_tokens[i] = prompt_tokens
+        self.long_form[i] = long_form
 
     def rejected(self, i: int) -> None:
         self.rejections += 1

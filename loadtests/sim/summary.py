@@ -20,7 +20,6 @@ import numpy as np
 
 from loadtests.sim.results import F64, PolicyRun
 from loadtests.sim.trace import Trace
-from routing.types import LatencyClass
 
 BASELINES_EXCLUDED = ("predicted_ttft", "oracle")
 
@@ -64,12 +63,8 @@ def _max_over_mean(values: F64) -> float:
 def summarize(run: PolicyRun, trace: Trace) -> Summary:
     res = run.results
     done = ~np.isnan(res.ttft_ms)
-    prompt = np.fromiter((r.prompt_tokens for r in trace.requests), np.int64, len(trace.requests))
-    long_form = np.fromiter(
-        (r.latency_class is LatencyClass.LONG_FORM for r in trace.requests), np.bool_
-    )
-    origin = [r.origin for r in trace.requests]
-    regions = [b.region for b in run.backends]
+    prompt, long_form = res.prompt_tokens, res.long_form
+    backend_region = np.asarray([trace.regions.index(b.region) for b in run.backends], np.int16)
     served = res.backend[done]
     counts = np.bincount(served, minlength=len(run.backends)).astype(np.float64)
     work = np.bincount(
@@ -77,7 +72,7 @@ def summarize(run: PolicyRun, trace: Trace) -> Summary:
         weights=(prompt - res.cached_tokens + res.output_tokens)[done],
         minlength=len(run.backends),
     ).astype(np.float64)
-    cross = sum(1 for i in np.flatnonzero(done).tolist() if regions[res.backend[i]] != origin[i])
+    cross = int((backend_region[served] != trace.origins[done]).sum())
     ttft, e2e = res.ttft_ms[done], res.e2e_ms[done]
     lf, inter = done & long_form, done & ~long_form
     mixed = bool(lf.any()) and bool(inter.any())
@@ -85,7 +80,7 @@ def summarize(run: PolicyRun, trace: Trace) -> Summary:
     completed = int(done.sum())
     return Summary(
         policy=run.policy,
-        requests=len(trace.requests),
+        requests=len(trace),
         completed=completed,
         rejected=res.rejections,
         ttft_p50_ms=_pct(ttft, 50), ttft_p90_ms=_pct(ttft, 90), ttft_p99_ms=_pct(ttft, 99),

@@ -1,9 +1,14 @@
 """The seeded request trace every policy replays: arrivals, prompts and their prefix hashes.
 
 Prompts are synthetic text rendered as ``routing.prefix.canonical_chat`` would (a tenant's
-shared system prompt, then the user's question), hashed once here and shared by every policy.
-A system prompt's full blocks are hashed once per (tenant, prompt); each request only hashes
-the tail of the system prompt plus its question, continuing the same chain.
+shared system prompt, then the user's question). A system prompt's full blocks are hashed
+once per (tenant, prompt); each request only hashes the tail of the system prompt plus its
+question, continuing the same chain.
+
+The trace is lazy: arrival times and origins are kept as compact arrays (about 10 bytes a
+request), and :meth:`Trace.requests` regenerates the requests themselves, identically, each
+time it is iterated. A million-request trace therefore costs ~10 MB rather than gigabytes of
+hash tuples, at the price of hashing the prompts once per policy run.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ import bisect
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import xxhash
 
 from loadtests.sim.scenario import Bursts, ClientPopulation, ExtraLoad, Range, Scenario, Workload
@@ -59,15 +66,63 @@ class BackgroundRequest:
     max_tokens: int
 
 
-@dataclass(frozen=True, slots=True)
 class Trace:
-    requests: tuple[TraceRequest, ...]
-    background: tuple[BackgroundRequest, ...]
-    gateways: tuple[str, ...]  # region of each gateway
+    """Arrivals known up front; request contents regenerated on every :meth:`requests` pass."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        arrivals: npt.NDArray[np.float64],
+        populations: npt.NDArray[np.int16],
+        background: tuple[BackgroundRequest, ...],
+        block_tokens: int,
+    ) -> None:
+        self.scenario = scenario
+        self.arrivals = arrivals  # time of each request, ascending
+        self.populations = populations  # index into sorted(scenario.clients) of each request
+        self.regions: tuple[str, ...] = tuple(scenario.regions)
+        region_of = [
+            self.regions.index(scenario.clients[k].region) for k in sorted(scenario.clients)
+        ]
+        # index into ``regions`` of each request's client region
+        self.origins: npt.NDArray[np.int16] = np.asarray(region_of, np.int16)[populations]
+        self.background = background
+        self.block_tokens = block_tokens
+        self.gateways, self._gateways_by_region = _gateways(scenario)  # region of each gateway
+
+    def __len__(self) -> int:
+        return len(self.arrivals)
 
     @property
     def span_s(self) -> float:
-        return self.requests[-1].at if self.requests else 0.0
+        return float(self.arrivals[-1]) if len(self.arrivals) else 0.0
+
+    def requests(self) -> Iterator[TraceRequest]:
+        """Every request in arrival order; the same sequence on every call."""
+        scenario, seed = self.scenario, self.scenario.seed
+        samplers = {
+            name: _WorkloadSampler(name, workload, seed, self.block_tokens)
+            for name, workload in sorted(scenario.workloads.items())
+        }
+        choices = [
+            _choices(scenario.clients[key].workloads or sorted(samplers), scenario)
+            for key in sorted(scenario.clients)
+        ]
+        by_region = self._gateways_by_region
+        rng = random.Random(f"{seed}/requests")
+        columns = zip(
+            self.arrivals.tolist(), self.populations.tolist(), self.origins.tolist(), strict=True
+        )
+        for i, (t, population, origin) in enumerate(columns):
+            region = self.regions[origin]
+            names, cum = choices[population]
+            sampler = samplers[names[bisect.bisect(cum, rng.random() * cum[-1])]]
+            tenant, tokens, shared, own, output = sampler.sample(rng)
+            gateways = by_region.get(region) or [0]
+            yield TraceRequest(
+                i, t, region, gateways[rng.randrange(len(gateways))], sampler.name, tenant,
+                tokens, shared, own, output, sampler.workload.latency_class,
+            )  # fmt: skip
 
 
 def continue_chain(data: bytes, seed: int, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> list[int]:
@@ -201,20 +256,28 @@ def _background(scenario: Scenario, seed: int) -> tuple[BackgroundRequest, ...]:
     return tuple(out)
 
 
-def _arrivals(scenario: Scenario, seed: int, requests: int | None) -> list[tuple[float, str]]:
-    """(time, population) of every arrival, in time order, ``requests`` of them if given."""
+def _arrivals(
+    scenario: Scenario, seed: int, requests: int | None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int16]]:
+    """(time, population index in sorted(clients)) of every arrival, in time order, ``requests``
+    of them if given. Ties in time go to the population first in name order."""
     total_rate = sum(p.rate_rps for p in scenario.clients.values())
     until = scenario.duration_s
     if requests is not None:
         until = max(1.2 * requests / total_rate, 1.0)
+    keys = sorted(scenario.clients)
     while True:
-        merged: list[tuple[float, str]] = []
-        for key, population in scenario.clients.items():
+        times, owners = [], []
+        for index, key in enumerate(keys):
             rng = random.Random(f"{seed}/arrivals/{key}")
-            merged.extend((t, key) for t in arrival_times(population, rng, until))
-        merged.sort()
+            mine = np.asarray(arrival_times(scenario.clients[key], rng, until), np.float64)
+            times.append(mine)
+            owners.append(np.full(len(mine), index, np.int16))
+        merged, who = np.concatenate(times), np.concatenate(owners)
+        order = np.argsort(merged, kind="stable")
         if requests is None or len(merged) >= requests:
-            return merged if requests is None else merged[:requests]
+            cut = len(merged) if requests is None else requests
+            return merged[order][:cut], who[order][:cut]
         until *= 1.5
 
 
@@ -231,31 +294,10 @@ def _gateways(scenario: Scenario) -> tuple[tuple[str, ...], dict[str, list[int]]
 def build_trace(
     scenario: Scenario, requests: int | None = None, block_tokens: int = DEFAULT_BLOCK_TOKENS
 ) -> Trace:
-    seed = scenario.seed
-    samplers = {
-        name: _WorkloadSampler(name, workload, seed, block_tokens)
-        for name, workload in sorted(scenario.workloads.items())
-    }
-    choices = {
-        key: _choices(population.workloads or sorted(samplers), scenario)
-        for key, population in scenario.clients.items()
-    }
-    gateway_regions, by_region = _gateways(scenario)
-    rng = random.Random(f"{seed}/requests")
-    out: list[TraceRequest] = []
-    for i, (t, key) in enumerate(_arrivals(scenario, seed, requests)):
-        region = scenario.clients[key].region
-        names, cum = choices[key]
-        sampler = samplers[names[bisect.bisect(cum, rng.random() * cum[-1])]]
-        tenant, tokens, shared, own, output = sampler.sample(rng)
-        gateways = by_region.get(region) or [0]
-        out.append(
-            TraceRequest(
-                i, t, region, gateways[rng.randrange(len(gateways))], sampler.name, tenant,
-                tokens, shared, own, output, sampler.workload.latency_class,
-            )
-        )  # fmt: skip
-    return Trace(tuple(out), _background(scenario, seed), gateway_regions)
+    arrivals, populations = _arrivals(scenario, scenario.seed, requests)
+    return Trace(
+        scenario, arrivals, populations, _background(scenario, scenario.seed), block_tokens
+    )
 
 
 def _choices(names: Sequence[str], scenario: Scenario) -> tuple[list[str], list[float]]:
