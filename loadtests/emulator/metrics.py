@@ -14,6 +14,8 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
                120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
+EMIT_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
 LABEL = ("model_name",)
 
 
@@ -51,8 +53,29 @@ class EngineMetrics:
         self.request_success = Counter(
             "vllm:request_success", "Finished requests", (*LABEL, "finished_reason"), registry=r
         )
+        # Not vLLM's: the emulator's own error, how late its events left against the engine
+        # model's times (per request: the worst; and the sum over every event, for the mean).
+        self.emit_lag_max = Histogram(
+            "meridian_emulator_emit_lag_max_seconds",
+            "Per request, the latest any of its events left the emulator versus the model",
+            buckets=EMIT_LAG_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.emit_lag_total = Counter(
+            "meridian_emulator_emit_lag_seconds",
+            "Lateness of every emitted event versus the engine model, summed",
+            registry=r,
+        )
+        self.emitted_events = Counter(
+            "meridian_emulator_emitted_events", "Events emitted (for the mean lag)", registry=r
+        )
         self._seen_queries = 0
         self._seen_hits = 0
+
+    def emit_lag(self, worst_s: float, total_s: float, events: int) -> None:
+        """One finished request's lateness (observed once per request: cheap per token)."""
+        self.emit_lag_max.observe(max(worst_s, 0.0))
+        self.emit_lag_total.inc(max(total_s, 0.0))
+        self.emitted_events.inc(events)
 
     def exposition(self, counters: EngineCounters) -> bytes:
         """Bring the engine-level gauges up to date, then render the text format."""

@@ -19,6 +19,7 @@ from aiohttp import web
 from loadtests.emulator.engine import Event, EventKind, SequenceRequest
 from loadtests.emulator.faults import FaultPlan
 from loadtests.emulator.openai_format import DONE, Endpoint, ParsedRequest, ResponseIdentity
+from loadtests.emulator.timing import FirstTokenPhases, server_timing, sse_comment
 from routing.prefix import block_hashes
 
 if TYPE_CHECKING:
@@ -39,6 +40,11 @@ class GenerationContext:
     tokens: int = 0
     cached_tokens: int = 0
     last_token_at: float = 0.0
+    phases: FirstTokenPhases | None = None
+    first_token_at: float = 0.0
+    emit_lag_max_s: float = 0.0  # the emulator's own lateness against the engine's times
+    emit_lag_sum_s: float = 0.0
+    emitted: int = 0
     settled: bool = field(default=False)
 
     @classmethod
@@ -73,9 +79,14 @@ class GenerationContext:
         half_rtt = self.backend.half_rtt_s
         while True:
             event = await self.queue.get()
-            delay = event.time + half_rtt - loop.time()
+            due = event.time + half_rtt
+            delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            lag = loop.time() - due
+            self.emit_lag_max_s = max(self.emit_lag_max_s, lag)
+            self.emit_lag_sum_s += lag
+            self.emitted += 1
             self._observe(event)
             yield event
             if event.kind in (EventKind.FINISHED, EventKind.FAILED):
@@ -85,6 +96,8 @@ class GenerationContext:
         metrics = self.backend.metrics
         model = self.parsed.model
         if event.kind is EventKind.FIRST_TOKEN:
+            self.phases = FirstTokenPhases.of(self.submitted_at, event)
+            self.first_token_at = event.time
             metrics.ttft.labels(model).observe(event.time - self.submitted_at)
             metrics.prompt_tokens.labels(model).inc(self.parsed.prompt_tokens)
         elif event.kind is EventKind.TOKEN:
@@ -98,9 +111,18 @@ class GenerationContext:
             self.cached_tokens = event.cached_tokens
             self.last_token_at = event.time
 
+    def server_timing(self) -> str | None:
+        """This request's engine phases (see ``timing.py``); None before its first token."""
+        if self.phases is None:
+            return None
+        decode = self.last_token_at - self.first_token_at
+        return server_timing(self.phases, decode, self.emit_lag_max_s)
+
     def completed(self) -> None:
         self.settled = True
         self.backend.stats.completed += 1
+        if self.emitted:
+            self.backend.metrics.emit_lag(self.emit_lag_max_s, self.emit_lag_sum_s, self.emitted)
 
     def failed(self, request: web.Request) -> None:
         """Injected death: drop the connection with no terminator, as a crashed engine would."""
@@ -144,6 +166,9 @@ async def respond_stream(request: web.Request, ctx: GenerationContext) -> web.St
         if ctx.parsed.include_usage:
             prompt = ctx.parsed.prompt_tokens
             await response.write(identity.usage_chunk(prompt, ctx.tokens, ctx.cached_tokens))
+        entries = ctx.server_timing()
+        if entries is not None:
+            await response.write(sse_comment(entries))
         await response.write(DONE)
         ctx.completed()
         await response.write_eof()
@@ -163,7 +188,9 @@ async def respond_complete(request: web.Request, ctx: GenerationContext) -> web.
             ctx.parsed.prompt_tokens, ctx.tokens, ctx.cached_tokens, ctx.finish_reason
         )
         ctx.completed()
-        return web.Response(body=body, content_type="application/json")
+        entries = ctx.server_timing()
+        headers = {"Server-Timing": entries} if entries is not None else None
+        return web.Response(body=body, content_type="application/json", headers=headers)
     except (asyncio.CancelledError, ConnectionError):
         ctx.abandoned()
         raise

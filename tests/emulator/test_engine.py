@@ -66,6 +66,17 @@ def test_batch_limit_and_fifo_queue() -> None:
     assert eng.counters(1.0).running == eng.counters(1.0).waiting == 0
 
 
+def test_first_token_event_carries_when_it_was_eligible_and_scheduled() -> None:
+    eng = engine(max_num_seqs=1, first_token_overhead_ms=5.0)
+    eng.submit(req(1, prompt=100, out=2), 0.0)
+    eng.submit(req(2, prompt=50, out=1), 0.0)
+    firsts = [e for e in run(eng) if e.kind is EventKind.FIRST_TOKEN]
+    # 1: eligible after the 5 ms overhead, prefilled at once (100 ms), one 11 ms decode step.
+    # 2: eligible at 5 ms too, but the only slot frees at 116 ms; then 50 ms of prefill.
+    phases = [t for e in firsts for t in (e.eligible_at, e.scheduled_at, e.time)]
+    assert phases == pytest.approx([0.005, 0.005, 0.105, 0.005, 0.116, 0.166])
+
+
 def test_itl_grows_with_batch_size() -> None:
     def itl(batch: int) -> float:
         eng = engine()
