@@ -181,6 +181,9 @@ class StreamsConfig(_Strict):
     buffer_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
     # A client that has not taken the buffered bytes within this long is cut off.
     write_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    # Kernel send buffer of an SSE response's socket (token streams need little; a fixed size
+    # keeps a stalled client from parking megabytes in the kernel). None: the OS autotunes it.
+    send_buffer_bytes: Annotated[int, Field(ge=4096)] | None = 64 * 1024
     # never: status and headers wait for the first token (failures stay invisible);
     # when_waiting: commit a 200 once the first keepalive is due; always: at once.
     early_headers: Literal["never", "when_waiting", "always"] = "never"

@@ -186,6 +186,7 @@ async def _relay_stream(
 ) -> FailureKind | None:
     """Write the stream; returns how it failed (None when complete)."""
     safety = request.app[RELAY].safety
+    writer.track_upstream(opened.buffered_bytes)
     try:
         if writer.started:  # early headers: the route is known only now
             await writer.write(comment("meridian-route " + opened.route.header()))
@@ -196,7 +197,7 @@ async def _relay_stream(
                 await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
                 await writer.end(b"data: [DONE]\n\n")
                 return None
-            await writer.write(event.raw, opened.buffered_bytes())
+            await writer.write(event.raw)
     except StreamBroken as broken:
         log.warning("stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
         request.app[METRICS].stream_errors.labels(opened.route.backend, broken.kind).inc()
@@ -212,7 +213,7 @@ async def _relay_stream(
     except _CLIENT_GONE:
         return FailureKind.CANCELLED
     finally:
-        safety.stream_buffer.observe(writer.max_buffered)
+        safety.observe_stream_buffer(writer.max_buffered)
     raise AssertionError("all_events() ends at [DONE] or raises StreamBroken")
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _BUFFER_BUCKETS = (1024, 4096, 16384, 32768, 65536, 131072, 262144, 1048576)
 
 
 class ReliabilityMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._peak = 0
         self.extra_attempts = Counter(
             "meridian_extra_attempts",
             "Upstream attempts beyond a request's first, by kind (retry, hedge).",
@@ -32,9 +33,20 @@ class ReliabilityMetrics:
             buckets=_BUFFER_BUCKETS,
             registry=registry,
         )
+        self.stream_buffer_peak = Gauge(
+            "meridian_stream_buffer_peak_bytes",
+            "The most bytes any one stream has held in the gateway since start.",
+            registry=registry,
+        )
         self.reloads = Counter(
             "meridian_config_reloads",
             "Configuration reloads by outcome (applied, rejected, unchanged).",
             ["outcome"],
             registry=registry,
         )
+
+    def observe_stream_buffer(self, held: int) -> None:
+        self.stream_buffer.observe(held)
+        if held > self._peak:
+            self._peak = held
+            self.stream_buffer_peak.set(held)

@@ -50,7 +50,9 @@ class Reloader:
         self.path = Path(path)
         self._lock = asyncio.Lock()
         self._digest = _file_digest(self.path)
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._watcher: asyncio.Task[None] | None = None
+        self._watch_interval: float | None = None
 
     def request(self, reason: str) -> None:
         """From a signal handler: reload soon, in a task of its own."""
@@ -78,7 +80,8 @@ class Reloader:
                 return False
             await self._apply(state, reason)
             outcomes.labels("applied").inc()
-            return True
+        self.watch_every(config.reload.watch_interval_s)
+        return True
 
     async def _apply(self, state: RelayState, reason: str) -> None:
         old_config = self.relay.config
@@ -98,13 +101,25 @@ class Reloader:
 
     async def _retire(self, old: RelayState, new: RelayState) -> None:
         await old.wait_idle()
-        for client in old.pool.not_in(new.pool):
+        retired = old.pool.not_in(new.pool)
+        for client in retired:
             await client.close()
         if old.fleet is not new.fleet:
             await old.fleet.stop()
+        log.info("closed %d retired upstream pool(s)", len(retired))
 
-    def request_watch(self, interval_s: float) -> None:
-        self._spawn(self.watch(interval_s))
+    def watch_every(self, interval_s: float | None) -> None:
+        """(Re)start polling the file at ``interval_s``; None stops it."""
+        if interval_s == self._watch_interval:
+            return
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+        self._watch_interval = interval_s
+        if interval_s is not None:
+            self._watcher = asyncio.ensure_future(self.watch(interval_s))
+            self._tasks.add(self._watcher)
+            self._watcher.add_done_callback(self._tasks.discard)
 
     async def watch(self, interval_s: float) -> None:
         """Poll the file; reload when its bytes change."""

@@ -6,14 +6,17 @@ transport's buffer grow past its high-water mark by up to that much. :class:`Sse
 the high-water mark explicitly (half the stream's ``buffer_bytes``; the other half is the
 upstream reader's, see ``UpstreamClient.read_bufsize``) and, after a write leaves more than
 that queued, waits for the client to take it — at most ``write_timeout_s``, then the client is
-cut off (:class:`ClientTooSlow`). While it waits nothing is read from upstream, so the upstream
+cut off (:class:`ClientTooSlow`). The socket's kernel send buffer is fixed too
+(``send_buffer_bytes``), so a stalled client cannot park megabytes in the kernel either, and the
+write timeout starts soon after the client stops reading. While it waits nothing is read from upstream, so the upstream
 socket fills and TCP pushes back on the backend. Other streams never wait for this one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
@@ -31,6 +34,8 @@ class SseWriter:
         self.response: web.StreamResponse | None = None
         self._high = config.buffer_bytes // 2
         self._timeout_s = config.write_timeout_s
+        self._send_buffer = config.send_buffer_bytes
+        self._upstream_held: Callable[[], int] = lambda: 0
         self.max_buffered = 0  # most bytes held for this stream: client transport + upstream
 
     @property
@@ -48,11 +53,23 @@ class SseWriter:
         transport = self.request.transport
         if transport is not None:
             transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
+            sock = transport.get_extra_info("socket")
+            if sock is not None and self._send_buffer is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         if flush:
             self.request.writer.send_headers()
 
-    async def write(self, data: bytes, upstream_held: int = 0) -> None:
-        """Write, then wait while the client is behind; ``upstream_held``: for the record."""
+    def track_upstream(self, held: Callable[[], int]) -> None:
+        """Count what the upstream side holds too (``OpenedStream.buffered_bytes``)."""
+        self._upstream_held = held
+
+    def _note_held(self, queued: int) -> None:
+        held = queued + self._upstream_held()
+        if held > self.max_buffered:
+            self.max_buffered = held
+
+    async def write(self, data: bytes) -> None:
+        """Write, then wait while the client is behind."""
         assert self.response is not None
         if len(data) > self._high // 4:
             # A write this large can fill the buffer by itself; aiohttp may wait inside it.
@@ -67,10 +84,12 @@ class SseWriter:
         if transport is None:
             raise ConnectionResetError("client connection closed")
         queued = transport.get_write_buffer_size()
-        if queued + upstream_held > self.max_buffered:
-            self.max_buffered = queued + upstream_held
+        self._note_held(queued)
         if queued > self._high:
-            await self._wait_for_client()
+            try:
+                await self._wait_for_client()
+            finally:  # while we waited, the upstream reader filled up to its own limit
+                self._note_held(transport.get_write_buffer_size())
 
     async def _wait_for_client(self) -> None:
         try:

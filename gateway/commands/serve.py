@@ -83,8 +83,7 @@ async def _serve(args: argparse.Namespace) -> int:
             reloader = Reloader(gateway.app[RELAY], args.config)
             stack.push_async_callback(reloader.close)
             loop.add_signal_handler(signal.SIGHUP, reloader.request, "SIGHUP")
-            if config.reload.watch_interval_s is not None:
-                reloader.request_watch(config.reload.watch_interval_s)
+            reloader.watch_every(config.reload.watch_interval_s)
         models = ", ".join(config.models())
         log.info("meridian listening on %s (models: %s)", gateway.url, models)
         print(f"meridian listening on {gateway.url}", flush=True)

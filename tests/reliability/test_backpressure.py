@@ -1,0 +1,97 @@
+"""Acceptance 7: a client reading 1 byte/s is held to the per-stream bound; others are unaffected."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import aiohttp
+import orjson
+
+from gateway.state_keys import METRICS
+from tests.reliability.support import (
+    FAST_ENGINE,
+    EmulatorFactory,
+    GatewayFactory,
+    chat,
+    config_for,
+    percentile,
+    wait_for,
+)
+
+BOUND = 64 * 1024
+ENGINE = FAST_ENGINE.model_copy(update={"decode_base_ms": 1.0, "max_num_seqs": 64})
+
+
+async def _itl_gaps(url: str, streams: int = 4, tokens: int = 150) -> list[float]:
+    """Gaps (ms) between content chunks of ``streams`` concurrent normal clients."""
+    gaps: list[float] = []
+
+    async def one(session: aiohttp.ClientSession) -> None:
+        body = chat(max_tokens=tokens)
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            last = None
+            async for line in response.content:
+                if line.startswith(b"data: {"):
+                    now = time.perf_counter()
+                    if last is not None:
+                        gaps.append((now - last) * 1000.0)
+                    last = now
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(one(session) for _ in range(streams)))
+    return gaps
+
+
+async def _slow_reader(host: str, port: int, seconds: float) -> int:
+    """A raw client with a tiny receive buffer that reads one byte per second."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, port))
+    body = orjson.dumps(chat(max_tokens=4000))
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    await loop.sock_sendall(sock, request)
+    received = 0
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            chunk = await asyncio.wait_for(loop.sock_recv(sock, 1), 5.0)
+            if not chunk:
+                break
+            received += len(chunk)
+            await asyncio.sleep(1.0)
+    except (ConnectionError, TimeoutError):
+        pass
+    finally:
+        sock.close()
+    return received
+
+
+async def test_slow_reader_is_bounded_paused_and_cut_off_and_others_keep_their_itl(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    backend = await emulator("b1", engine=ENGINE)
+    config = config_for(
+        {"b1": backend.url}, streams={"buffer_bytes": BOUND, "write_timeout_s": 1.0}
+    )
+    running = await gateway(config)
+    baseline = await _itl_gaps(running.url)
+    host, port = running.host, running.port
+    slow = asyncio.ensure_future(_slow_reader(host, port, 3.0))
+    await asyncio.sleep(0.2)  # the slow stream is running and its buffers are full
+    during = await _itl_gaps(running.url)
+    await slow
+    # The slow stream was cut off after the write timeout, and its generation cancelled.
+    await wait_for(lambda: backend.stats.cancelled == 1, 3.0)
+    peak = running.app[METRICS].registry.get_sample_value("meridian_stream_buffer_peak_bytes")
+    assert peak is not None and BOUND // 4 < peak <= BOUND + 4096, f"peak {peak} (bound {BOUND})"
+    errors = running.app[METRICS].stream_errors.labels("b1", "client_too_slow")._value.get()
+    assert errors == 1
+    p99_before, p99_during = percentile(baseline, 99), percentile(during, 99)
+    assert p99_during <= 2 * p99_before + 10.0, (p99_before, p99_during)
