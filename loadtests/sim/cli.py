@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loadtests.sim.loop import simulate
+from loadtests.sim.markdown import results_page, source_revision
 from loadtests.sim.plots import load_bars, ttft_cdf
 from loadtests.sim.report import comparison_lines, table, write_json
 from loadtests.sim.results import PolicyRun
@@ -34,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
         "--requests", type=int, default=None, help="trace length (default: the scenario's duration)"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--markdown", type=Path, default=None, help="also write the table as markdown here"
+    )
+    parser.add_argument(
+        "--revision", default=None, help="code revision for --markdown (default: from git)"
+    )
     return parser
 
 
@@ -99,4 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ttft_cdf(runs, out / "ttft_cdf.png", scenario.name)
         load_bars(summaries, out / "backend_load.png", scenario.name)
     print(f"\nwrote {out}/results.json" + ("" if args.no_plots else " and PNG plots"))
+    if args.markdown is not None:
+        command = "meridian sim " + " ".join(argv if argv is not None else sys.argv[1:])
+        page = results_page(
+            scenario.name, scenario.description, command, meta, summaries, comparison,
+            args.revision or source_revision(),
+        )  # fmt: skip
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(page)
+        print(f"wrote {args.markdown}")
     return 0

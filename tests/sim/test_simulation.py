@@ -9,6 +9,7 @@ import yaml
 
 from loadtests.sim.cli import main
 from loadtests.sim.loop import simulate
+from loadtests.sim.markdown import source_revision
 from loadtests.sim.summary import summarize
 from loadtests.sim.trace import build_trace
 from tests.sim.conftest import build, tiny
@@ -67,6 +68,24 @@ def test_cli_writes_table_json_and_plots(
     assert doc["comparison"]["p99_over_oracle"] > 0
     assert (out / "ttft_cdf.png").stat().st_size > 0
     assert (out / "backend_load.png").stat().st_size > 0
+
+
+def test_cli_markdown_page_names_the_code_and_holds_the_table(tmp_path: Path) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump(tiny(description="two near, two far")))
+    page = tmp_path / "docs" / "tiny.md"
+    argv = [str(scenario), "--policies", "round_robin,oracle", "--requests", "60", "--no-plots"]
+    assert main([*argv, "--out", str(tmp_path), "--markdown", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("# Simulator results: tiny\n\ntwo near, two far\n")
+    revision = source_revision()
+    assert revision != "unknown" and len(revision.split()[0]) == 40  # a full commit id
+    assert f"- code: `{revision}`" in text
+    assert "--requests 60" in text and "requests 60" in text
+    rows = [line.split()[0] for line in text.splitlines() if line.startswith(("round", "oracle"))]
+    assert rows == ["round_robin", "oracle"]
+    assert main([*argv, "--out", str(tmp_path), "--markdown", str(page), "--revision", "abc"]) == 0
+    assert "- code: `abc`" in page.read_text()
 
 
 def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
