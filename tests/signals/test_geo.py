@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gateway.signals.forwarded import client_address, parse_ip, parse_networks
-from gateway.signals.geo import GeoConfig, GeoLocator, GeoSource
+from gateway.signals.geo import GeoConfig, GeoLocator, GeoSource, RegionLocation
 from gateway.signals.geo_model import RttModel, great_circle_km
 from tests.signals.geo_fixtures import (
     AP_CLIENT,
@@ -159,7 +159,10 @@ async def test_background_task_loads_and_reloads_a_changed_database(tmp_path):
 
 def test_config_errors_name_the_problem():
     with pytest.raises(ValidationError, match="not a configured region"):
-        GeoConfig(default_origin="mars")
+        GeoConfig(
+            default_origin="mars",
+            regions={"us-east": RegionLocation(latitude=38.9, longitude=-77.4)},
+        )
     with pytest.raises(ValidationError, match="does not appear to be an IPv4 or IPv6 network"):
         GeoConfig(trusted_proxies=["10.0.0.0/33"])
 
