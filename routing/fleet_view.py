@@ -46,7 +46,7 @@ class FleetView:
 
     __slots__ = (
         "fleet", "names", "index", "specs", "states", "regions", "serverless", "gateway", "gateway_rows",
-        "max_num_seqs", "prefill_rate", "itl_ms", "overhead_ms", "cold_start_ms",
+        "max_num_seqs", "step_budget", "prefill_rate", "itl_ms", "overhead_ms", "cold_start_ms",
         "idle_timeout_s", "version", "changed", "memo", *_STATE_COLUMNS, *_STATE_MASKS,
         "downstream_ttft", "downstream_as_of",
     )  # fmt: skip
@@ -83,6 +83,7 @@ class FleetView:
         self.gateway: Mask = np.array([s.kind is BackendKind.GATEWAY for s in specs], bool)
         self.gateway_rows: list[int] = np.flatnonzero(self.gateway).tolist()
         self.max_num_seqs = _spec_column(specs, lambda s: max(1.0, float(s.max_num_seqs)))
+        self.step_budget = _spec_column(specs, lambda s: max(1.0, float(s.max_num_batched_tokens)))
         self.prefill_rate = _spec_column(specs, lambda s: s.prefill_tokens_per_s)
         self.itl_ms = _spec_column(specs, lambda s: s.itl_ms)
         self.overhead_ms = _spec_column(specs, lambda s: s.first_token_overhead_ms)

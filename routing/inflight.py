@@ -8,7 +8,10 @@ is observed or released, lets the very next decision see the load this one adds.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Iterator
+
+_FINISHED_KEPT = 256  # per backend: more than finish between two scrapes of any engine
 
 
 class InFlightLedger:
@@ -17,6 +20,8 @@ class InFlightLedger:
             raise ValueError("ttl_s must be > 0")
         self.ttl_s = ttl_s
         self._opened: dict[str, list[float]] = {}  # backend -> reservation times, ascending
+        # backend -> (reserved at, released at) of the latest releases, in release order
+        self._finished: dict[str, deque[tuple[float, float]]] = {}
         self._warming_until: dict[str, float] = {}
 
     def reserve(self, backend: str, now: float) -> None:
@@ -26,13 +31,31 @@ class InFlightLedger:
         else:
             times.append(now)
 
-    def release(self, backend: str) -> None:
-        """Close the oldest reservation on ``backend`` (FIFO is as good as any: no request ids)."""
+    def release(self, backend: str, now: float | None = None) -> None:
+        """Close the oldest reservation on ``backend`` (FIFO is as good as any: no request ids).
+
+        With ``now``, the release is remembered: an engine scrape taken before it still counts
+        that request (``finished_after``)."""
         times = self._opened.get(backend)
         if times:
-            del times[0]
+            reserved_at = times.pop(0)
             if not times:
                 del self._opened[backend]
+            if now is not None:
+                finished = self._finished.get(backend)
+                if finished is None:
+                    finished = self._finished[backend] = deque(maxlen=_FINISHED_KEPT)
+                finished.append((reserved_at, now))
+
+    def finished_after(self, backend: str, since: float) -> int:
+        """Requests reserved by ``since`` and released after it: a signal measured at ``since``
+        still shows them running or waiting, though they are gone."""
+        finished = self._finished.get(backend)
+        if not finished:
+            return 0
+        while finished and finished[0][1] <= since:
+            finished.popleft()  # released before the signal: it never saw them again
+        return sum(1 for reserved_at, _ in finished if reserved_at <= since)
 
     def open_count(self, backend: str, now: float) -> int:
         self._expire(backend, now)
@@ -43,6 +66,10 @@ class InFlightLedger:
         self._expire(backend, now)
         times = self._opened.get(backend)
         return len(times) - bisect_right(times, since) if times else 0
+
+    def recently_finished(self) -> list[str]:
+        """Backends with remembered releases (see ``finished_after``)."""
+        return list(self._finished)
 
     def oldest(self, backend: str) -> float | None:
         times = self._opened.get(backend)

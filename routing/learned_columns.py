@@ -29,7 +29,8 @@ class LearnedColumns:
         self.queue_scale: F64 = empty
         self.bias_ms: F64 = empty
         self.bias_dev_ms: F64 = empty
-        self.itl_ms: F64 = empty
+        self.itl_ms: F64 = empty  # ITL at a half-full batch, as observed (long-form output)
+        self.step_itl_ms: F64 = empty  # ...as configured x the learned step scale (prefill)
         self.cold_start_ms: F64 = empty
         self.service_ms: F64 = empty
         self.prefill_ms: F64 = empty
@@ -54,7 +55,7 @@ class LearnedColumns:
     def _allocate(self, size: int) -> None:
         for name in (
             "prefill_rate", "prefill_samples", "queue_scale", "bias_ms", "bias_dev_ms", "itl_ms",
-            "cold_start_ms", "service_ms", "prefill_ms", "ratio_p90", "learned_at",
+            "step_itl_ms", "cold_start_ms", "service_ms", "prefill_ms", "ratio_p90", "learned_at",
         ):  # fmt: skip
             setattr(self, name, np.zeros(size))
 
@@ -65,6 +66,7 @@ class LearnedColumns:
         service_ms = spec.first_token_overhead_ms + prefill_ms + itl * self.default_output_tokens
         cold = spec.cold_start_ms
         self.queue_scale[row], self.bias_ms[row], self.bias_dev_ms[row] = 1.0, 0.0, 0.0
+        self.step_itl_ms[row] = spec.itl_ms
         self.ratio_p90[row], self.learned_at[row], self.prefill_samples[row] = 1.0, np.nan, 0
         if est is not None:
             rate = est.prefill_rate or rate
@@ -73,6 +75,7 @@ class LearnedColumns:
             service_ms = est.service_ms or service_ms
             cold = est.cold_start_ms if est.cold_start_ms is not None else cold
             self.queue_scale[row] = est.queue_scale
+            self.step_itl_ms[row] = spec.itl_ms * est.step_scale
             self.bias_ms[row], self.bias_dev_ms[row] = est.bias_ms, est.bias_dev_ms
             self.ratio_p90[row] = est.ratio_p90
             self.learned_at[row] = np.nan if est.last_at is None else est.last_at

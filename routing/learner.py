@@ -7,6 +7,15 @@ the error is a fixed offset and feeds ``bias``, as does a prefill far later than
 rate change (an RTT jump on a backend without probes would otherwise slash its prefill rate).
 Samples are winsorized against the current estimate before the EWMA so one outlier (a GC
 pause, a retry) cannot swing the model.
+
+Every estimate stays within physical reach of configuration: the prefill rate and the queue
+scale within ``max_ratio`` either way of the configured value (they multiply themselves, so
+without a bound a run of skewed samples compounds without limit), the bias between minus the
+offsets it corrects and ``max_bias_ms``. A sample whose sign makes no sense (a prefill or a
+queue that took negative time) teaches nothing. A serverless request is judged warm or cold
+from the backend's own word (``Observation.cold_start``) or, failing that, from whether it
+took a cold start longer than predicted without one; a wrong guess about the cold start is
+then taken out of the residual instead of being learned as bias.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from dataclasses import dataclass
 from routing.types import BackendSpec, Observation
 
 _P90_TAU = 0.9
+_OFFSETS = ("rtt", "first_token_overhead")  # terms a negative bias may cancel
+_VARIABLE = ("queue", "prefill", "step", "cold_start")  # terms with an estimator of their own
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +37,8 @@ class LearnerParams:
     quantile_step: float = 0.05  # step of the online p90 tracker of actual/predicted
     min_term_ms: float = 2.0  # a term smaller than this carries no signal about its rate
     dominant_share: float = 0.6  # share of (queue+prefill+cold) a term needs to take the blame
-    max_ratio: float = 4.0  # winsorize samples to [1/max_ratio, max_ratio] x current
+    max_ratio: float = 4.0  # winsorize to [1/r, r] x current; estimates to [1/r, r] x config
+    max_bias_ms: float = 1000.0  # beyond this an offset is an outage, not a correction
     # A dominant prefill that took this many times longer than predicted is not a slower GPU
     # but an offset that moved (an RTT jump, a stalled hop): blamed on bias, not on the rate.
     offset_ratio: float = 4.0
@@ -50,6 +62,7 @@ class BackendEstimate:
         "queue_scale",
         "ratio_p90",
         "service_ms",
+        "step_scale",
     )
 
     def __init__(self) -> None:
@@ -59,8 +72,10 @@ class BackendEstimate:
         self.prefill_rate: float | None = None
         self.prefill_samples = 0
         self.queue_scale = 1.0
+        self.step_scale = 1.0  # engine step (decode beside a prefill) over its model
         self.bias_ms = 0.0
         self.bias_dev_ms = 0.0
+
         self.itl_ms: float | None = None
         self.cold_start_ms: float | None = None
         self.service_ms: float | None = None  # how long a request occupies a batch slot
@@ -77,6 +92,21 @@ def _winsorize(sample: float, current: float, max_ratio: float) -> float:
     return min(max(sample, current / max_ratio), current * max_ratio)
 
 
+def _cold_start_of(obs: Observation, predicted_cold: float, spec: BackendSpec | None) -> bool:
+    """Did this request pay a cold start? The backend's word if given; else whether the
+    residual left after the warm terms holds at least half a cold start."""
+    if obs.cold_start is not None:
+        return obs.cold_start
+    full = spec.cold_start_ms if spec is not None else 0.0
+    if full <= 0.0:
+        full = predicted_cold
+    if full <= 0.0:
+        return False
+    assert obs.ttft_ms is not None
+    warm = sum(obs.predicted_terms_ms.values()) - predicted_cold
+    return obs.ttft_ms - warm > 0.5 * full
+
+
 class OnlineLearner:
     def __init__(self, params: LearnerParams | None = None) -> None:
         self.params = params or LearnerParams()
@@ -89,7 +119,9 @@ class OnlineLearner:
     def estimates(self) -> Mapping[str, BackendEstimate]:
         return self._estimates
 
-    def observe(self, obs: Observation, spec: BackendSpec | None) -> None:
+    def observe(self, obs: Observation, spec: BackendSpec | None, itl_scale: float = 1.0) -> None:
+        """Learn from ``obs``. ``itl_scale``: the ITL at the batch the request ran in over the
+        ITL at a half-full batch (what ``itl_ms`` estimates), as the caller's model says."""
         est = self._estimates.get(obs.backend)
         if est is None:
             est = self._estimates[obs.backend] = BackendEstimate()
@@ -101,7 +133,7 @@ class OnlineLearner:
             return
         alpha = self.params.alpha
         if obs.itl_ms is not None and obs.itl_ms > 0:
-            est.itl_ms = _ewma(est.itl_ms, obs.itl_ms, alpha)
+            est.itl_ms = _ewma(est.itl_ms, obs.itl_ms / itl_scale, alpha)
         if obs.ttft_ms is None or obs.ttft_ms < 0:
             return
         if obs.itl_ms is not None and obs.output_tokens > 0:
@@ -131,54 +163,73 @@ class OnlineLearner:
         spec: BackendSpec | None,
     ) -> None:
         assert obs.ttft_ms is not None
-        queue, prefill, cold = (terms.get(k, 0.0) for k in ("queue", "prefill", "cold_start"))
+        queue, prefill, step, cold = (terms.get(k, 0.0) for k in _VARIABLE)
         if prefill > 0:
             est.prefill_ms = _ewma(est.prefill_ms, prefill, self.params.alpha)
-        fixed = sum(terms.values()) - queue - prefill - cold
-        variable = obs.ttft_ms - fixed  # what queue + prefill + cold start really took
+        fixed = sum(terms.values()) - queue - prefill - step - cold
+        variable = obs.ttft_ms - fixed  # what queue + prefill + step + cold start really took
+        if _cold_start_of(obs, cold, spec):
+            if obs.cold_start:  # only the backend's word measures a whole cold start
+                sample = max(0.0, variable - queue - prefill - step)
+                est.cold_start_ms = _ewma(est.cold_start_ms, sample, 0.3)
+            return  # a cold start's noise swamps whatever the warm terms got wrong
+        # Evidently warm: a predicted cold start was a miss, not an offset; ``variable`` is
+        # what queue + prefill + step took.
         if obs.queue_wait_ms is not None:
             self._learn_queue(est, queue, obs.queue_wait_ms)
-            self._learn_prefill(est, prefill, variable - obs.queue_wait_ms - cold, spec)
-        elif obs.cold_start:
-            est.cold_start_ms = _ewma(est.cold_start_ms, max(0.0, variable - queue - prefill), 0.3)
-        else:
-            share = self.params.dominant_share * (queue + prefill + cold)
-            prefill_took = variable - queue - cold
-            if (
-                prefill >= self.params.min_term_ms
-                and prefill >= share
-                and prefill_took <= self.params.offset_ratio * prefill
-            ):
+            self._learn_prefill(est, prefill, variable - obs.queue_wait_ms - step, spec)
+            return
+        p = self.params
+        share = p.dominant_share * (queue + prefill + step)
+        if prefill >= p.min_term_ms and prefill >= share:
+            prefill_took = variable - queue - step
+            if prefill_took <= p.offset_ratio * prefill:
                 self._learn_prefill(est, prefill, prefill_took, spec)
-            elif queue >= self.params.min_term_ms and queue >= share:
-                self._learn_queue(est, queue, variable - prefill - cold)
-            else:  # no variable term dominates: an offset (RTT, overhead) was wrong
-                self._learn_bias(est, obs.ttft_ms - sum(terms.values()))
+                return
+        elif queue >= p.min_term_ms and queue >= share:
+            self._learn_queue(est, queue, variable - prefill - step)
+            return
+        elif step >= p.min_term_ms and step >= share:
+            est.step_scale = self._rescaled(est.step_scale, step, variable - queue - prefill)
+            return
+        # No variable term dominates, or the prefill took implausibly long: an offset (RTT,
+        # overhead) was wrong.
+        self._learn_bias(est, variable - queue - prefill - step, terms)
 
     def _learn_prefill(
         self, est: BackendEstimate, predicted_ms: float, actual_ms: float, spec: BackendSpec | None
     ) -> None:
-        if predicted_ms < self.params.min_term_ms:
+        if predicted_ms < self.params.min_term_ms or actual_ms <= 0.0 or spec is None:
             return
-        rate = est.prefill_rate
-        if rate is None:
-            if spec is None:
-                return
-            rate = spec.prefill_tokens_per_s
+        configured = spec.prefill_tokens_per_s
+        rate = est.prefill_rate or configured
         ratio = self.params.max_ratio
         sample = rate * predicted_ms / max(actual_ms, predicted_ms / ratio)
-        est.prefill_rate = _ewma(rate, _winsorize(sample, rate, ratio), self.params.alpha)
+        learned = _ewma(rate, _winsorize(sample, rate, ratio), self.params.alpha)
+        est.prefill_rate = min(max(learned, configured / ratio), configured * ratio)
         est.prefill_samples += 1
 
     def _learn_queue(self, est: BackendEstimate, predicted_ms: float, actual_ms: float) -> None:
-        if predicted_ms < self.params.min_term_ms:
-            return
-        scale = est.queue_scale
-        ratio = self.params.max_ratio
-        sample = scale * max(actual_ms, 0.0) / predicted_ms
-        est.queue_scale = _ewma(scale, _winsorize(sample, scale, ratio), self.params.alpha)
+        est.queue_scale = self._rescaled(est.queue_scale, predicted_ms, actual_ms)
 
-    def _learn_bias(self, est: BackendEstimate, residual_ms: float) -> None:
+    def _rescaled(self, scale: float, predicted_ms: float, actual_ms: float) -> float:
+        """A term's learned scale (1 = as modelled) after one sample of it."""
+        if predicted_ms < self.params.min_term_ms or actual_ms < 0.0:
+            return scale
+        ratio = self.params.max_ratio
+        sample = scale * actual_ms / predicted_ms
+        learned = _ewma(scale, _winsorize(sample, scale, ratio), self.params.alpha)
+        return min(max(learned, 1.0 / ratio), ratio)
+
+    def _learn_bias(
+        self, est: BackendEstimate, residual_ms: float, terms: Mapping[str, float]
+    ) -> None:
+        """``residual_ms``: actual minus the prediction without its cold-start term."""
         alpha = self.params.bias_alpha
-        est.bias_ms = _ewma(est.bias_ms, est.bias_ms + residual_ms, alpha)
-        est.bias_dev_ms = _ewma(est.bias_dev_ms, abs(residual_ms), alpha)
+        # A negative bias can cancel at most the offsets it corrects (RTT, fixed overheads).
+        floor = -sum(terms.get(k, 0.0) for k in _OFFSETS)
+        learned = _ewma(est.bias_ms, est.bias_ms + residual_ms, alpha)
+        est.bias_ms = min(max(learned, floor), self.params.max_bias_ms)
+        est.bias_dev_ms = _ewma(
+            est.bias_dev_ms, min(abs(residual_ms), self.params.max_bias_ms), alpha
+        )

@@ -5,6 +5,12 @@ current incrementally: on every reserve/release, and for the rows a snapshot ref
 (their metrics' ``as_of`` may have moved). A decision reads local load with no per-backend
 Python work. ``depth`` (running + queued, as the engine or, failing that, this tier sees it)
 is shared by the capacity filter and the predictor.
+
+A scrape is a picture of the past: it still shows this router's requests that finished since
+(``gone``). They are taken off its ``waiting`` first (a finished request frees a batch slot,
+which the head of the queue takes), then off ``running``; requests reserved after the scrape
+(``after_metrics``) are added. Without that, a scrape catching the gateway's own
+just-finished request queues the next one behind a ghost.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import numpy as np
 
 from routing.fleet_view import F64, FleetView
 from routing.inflight import InFlightLedger
+from routing.prefilling import Prefilling
 
 _INF = float("inf")
 
@@ -25,9 +32,13 @@ class LoadColumns:
         self._oldest = _INF  # the oldest reservation we know of (maybe released since)
         self.open = np.zeros(0)  # reservations not yet released
         self.after_metrics = np.zeros(0)  # ...of which taken after the engine metrics' as_of
+        self.gone = np.zeros(0)  # released after the metrics' as_of, reserved before it
+        self.waiting = np.zeros(0)  # engine waiting (NaN: 0) less ``gone``
+        self.running = np.zeros(0)  # engine running (NaN: 0) less what ``waiting`` could not
         self.last_reserved_at = np.zeros(0)  # NaN: none open
         self.local = np.zeros(0)  # max(in flight as the snapshot says, open reservations)
         self.depth = np.zeros(0)  # engine running + waiting + reserved since, else ``local``
+        self.prefilling = Prefilling()  # our prefill work not yet in the engine's metrics
         self.generation = 0  # bumped when every row was re-derived
         self.touched: set[int] = set()  # rows changed since a consumer last drained them
 
@@ -56,21 +67,31 @@ class LoadColumns:
             self.open[row] += 1
             if now > self.metrics_as_of(row):
                 self.after_metrics[row] += 1
+                self.prefilling.reserved(row, now)
             self.last_reserved_at[row] = self.ledger.last_reserved_at(backend)
             self._update(row)
 
-    def release(self, backend: str) -> None:
+    def release(self, backend: str, now: float | None = None) -> None:
         times = self.ledger.oldest(backend)
-        self.ledger.release(backend)
+        self.ledger.release(backend, now)
         row = self._row(backend)
         if row is None or times is None:
             return
         self.open[row] -= 1
-        if times > self.metrics_as_of(row):
+        since = self.metrics_as_of(row)
+        if times > since:
             self.after_metrics[row] = max(0.0, self.after_metrics[row] - 1)
+        elif now is not None and now > since:
+            self.gone[row] += 1
+        if now is not None:
+            self.prefilling.released(row, now)
         last = self.ledger.last_reserved_at(backend)
         self.last_reserved_at[row] = np.nan if last is None else last
         self._update(row)
+
+    def expire(self, now: float) -> None:
+        """Let time move the prefilling sums (rows that changed are touched)."""
+        self.touched.update(self.prefilling.expire(now))
 
     def metrics_as_of(self, row: int) -> float:
         assert self._view is not None
@@ -93,7 +114,14 @@ class LoadColumns:
         size = len(view)
         self.open = np.zeros(size)
         self.after_metrics = np.zeros(size)
+        self.gone = np.zeros(size)
         self.last_reserved_at = np.full(size, np.nan)
+        self.prefilling.allocate(view)
+        self.prefilling.recount_all(now)
+        for backend in self.ledger.recently_finished():
+            row = view.index.get(backend)
+            if row is not None:
+                self.gone[row] = self.ledger.finished_after(backend, view.metrics_as_of.item(row))
         for backend in self.ledger.busy(now):
             row = view.index.get(backend)
             if row is not None:
@@ -101,8 +129,10 @@ class LoadColumns:
         oldest = self.ledger.oldest_overall()
         self._oldest = _INF if oldest is None else oldest
         self.local = np.maximum(view.in_flight, self.open)
+        self.waiting = np.maximum(view.waiting0 - self.gone, 0.0)
+        self.running = np.maximum(view.running0 - np.maximum(self.gone - view.waiting0, 0.0), 0.0)
         self.depth = np.where(
-            view.has_metrics, view.running0 + view.waiting0 + self.after_metrics, self.local
+            view.has_metrics, self.running + self.waiting + self.after_metrics, self.local
         )
         self.generation += 1
         self.touched = set()
@@ -112,7 +142,9 @@ class LoadColumns:
         backend = self._view.names[row]
         self.open[row], self.after_metrics[row] = 0.0, 0.0
         self.last_reserved_at[row] = np.nan
+        self.gone[row] = self.ledger.finished_after(backend, self._view.metrics_as_of.item(row))
         self._from_ledger(row, backend, now)
+        self.prefilling.recount(row, now)
         self._update(row)
 
     def _from_ledger(self, row: int, backend: str, now: float) -> None:
@@ -129,7 +161,10 @@ class LoadColumns:
         local = max(view.in_flight.item(row), self.open.item(row))
         self.local[row] = local
         if view.has_metrics[row]:
-            engine = view.running0.item(row) + view.waiting0.item(row)
+            gone, waiting = self.gone.item(row), view.waiting0.item(row)
+            self.waiting[row] = max(waiting - gone, 0.0)
+            self.running[row] = max(view.running0.item(row) - max(gone - waiting, 0.0), 0.0)
+            engine = self.running.item(row) + self.waiting.item(row)
             self.depth[row] = engine + self.after_metrics.item(row)
         else:
             self.depth[row] = local

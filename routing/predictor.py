@@ -1,7 +1,10 @@
 """Predicted time to first token per candidate, as named terms with signal ages and spreads.
 
-    TTFT = rtt + queue + prefill(uncached) + P(cold) x cold_start + downstream + bias
+    TTFT = rtt + queue + prefill(uncached) + step + P(cold) x cold_start + downstream + bias
            + first_token_overhead
+
+``step`` is what a busy engine adds around the prefill: the rest of the step in progress and
+the decoding batch's share of every step the prefill spans (see ``predictor_rows``).
 
 ``downstream`` is for gateway-kind backends (another Meridian): what that gateway reports for
 its best local backend for the model, which replaces our own queue and cold-start guesses.
@@ -129,10 +132,15 @@ def predict(
     rt: RowTerms,
 ) -> Prediction:
     """Predict every row (cheap vector work); ``rt`` must be synced to this view first."""
-    prompt, rate = profile.prompt_tokens, learned.prefill_rate
+    prompt, rate, room = profile.prompt_tokens, learned.prefill_rate, rt.step_room
     prefill = (1000.0 * prompt) / rate
+    steps = np.ceil(max(prompt, 1) / room)
     for row, tokens in cached.items():
-        prefill[row] = 1000.0 * max(prompt - tokens, 0.0) / rate.item(row)
+        uncached = max(prompt - tokens, 0.0)
+        prefill[row] = 1000.0 * uncached / rate.item(row)
+        steps[row] = math.ceil(max(uncached, 1.0) / room.item(row))
+    steps += 0.5  # the rest of the step in progress, on average
+    step = rt.decode * steps
     zeros = view.remember("zeros", lambda: np.zeros(len(view)))
     assert isinstance(zeros, np.ndarray)
     queue, rtt_queue = rt.queue, rt.rtt_queue
@@ -144,9 +152,10 @@ def predict(
         queue, rtt_queue, cold = queue.copy(), rtt_queue.copy(), cold.copy()
         downstream = zeros.copy()
         for row, ms in reports.items():
-            queue[row], cold[row], downstream[row] = 0.0, 0.0, ms
+            queue[row], cold[row], downstream[row], step[row] = 0.0, 0.0, ms, 0.0
             rtt_queue[row] = rt.rtt[row] + 0.0
     ttft = rtt_queue + prefill
+    ttft += step
     if cold is not zeros:
         ttft += cold
     if reports:
@@ -168,7 +177,16 @@ def predict(
         score=full if len(rows) == len(view) else full[rows],
         ttft_ms=ttft,
         e2e_ms=e2e,
-        terms_ms=(rt.rtt, queue, prefill, cold, downstream, learned.bias_ms, view.overhead_ms),
+        terms_ms=(
+            rt.rtt,
+            queue,
+            prefill,
+            step,
+            cold,
+            downstream,
+            learned.bias_ms,
+            view.overhead_ms,
+        ),
         cached=cached,
         cold_prob=prob,
         reports=reports,

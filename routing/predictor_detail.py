@@ -13,7 +13,8 @@ import math
 from typing import NamedTuple
 
 TERMS = (
-    "rtt", "queue", "prefill", "cold_start", "downstream", "bias", "first_token_overhead",
+    "rtt", "queue", "prefill", "step", "cold_start", "downstream", "bias",
+    "first_token_overhead",
 )  # fmt: skip
 CONFIGURED = -1.0  # signal age of a term that comes from configuration, not observation
 Z90 = 1.2815515655446004
@@ -48,7 +49,7 @@ def _staleness(age: float, stale_after_s: float) -> float:
 
 
 def breakdown(x: RowInputs) -> Breakdown:
-    rtt, queue, prefill, cold, downstream, _, overhead = x.terms
+    rtt, queue, prefill, step, cold, downstream, _, overhead = x.terms
     stale = x.stale_after_s
     if x.rtt_age_s is not None:
         rtt_age, rtt_rel = x.rtt_age_s, 0.1 * _staleness(x.rtt_age_s, stale)
@@ -65,10 +66,15 @@ def breakdown(x: RowInputs) -> Breakdown:
         down_sd = 0.2 * _staleness(down_age, stale) * downstream
     prefill_rel = 0.1 if x.prefill_samples >= 10 else 0.25
     learned_age = x.learned_age_s
-    ages = (rtt_age, queue_age, learned_age, x.traffic_age_s, down_age, learned_age, CONFIGURED)
+    # The step in progress is anywhere from just begun to nearly done: uniform, sd ~ 0.29.
+    step_sd = 0.3 * step
+    ages = (
+        rtt_age, queue_age, learned_age, queue_age, x.traffic_age_s,
+        down_age, learned_age, CONFIGURED,
+    )  # fmt: skip
     spreads = (
-        rtt_rel * rtt, queue_rel * queue, prefill_rel * prefill, cold_sd, down_sd,
-        x.bias_dev_ms, 0.2 * overhead,
+        rtt_rel * rtt, queue_rel * queue, prefill_rel * prefill, step_sd,
+        cold_sd, down_sd, x.bias_dev_ms, 0.2 * overhead,
     )  # fmt: skip
     sd = math.sqrt(sum(s * s for s in spreads))
     ttft = x.ttft_ms

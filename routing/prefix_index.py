@@ -82,6 +82,39 @@ class PrefixIndex:
         if self._total > self.max_entries_total:
             self._shrink_all(now)
 
+    def merge(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
+        """Blocks ``backend`` was seen holding elsewhere (another replica's router), each with
+        when it was seen; a block already known keeps the newer time. Blocks need not form a
+        chain: replicas publish sets. Seen-at times after ``now`` count as ``now``; blocks
+        already expired are skipped. Returns how many blocks were new or refreshed."""
+        cutoff = now - self.ttl_s
+        seen = self._seen.get(backend)
+        if seen is None:
+            seen = self._seen[backend] = {}
+        holders = self._holders
+        changed = 0
+        for block, seen_at in blocks.items():
+            at = min(seen_at, now)
+            known = seen.get(block)
+            if at < cutoff or (known is not None and known >= at):
+                continue
+            if known is None:
+                owners = holders.get(block)
+                if owners is None:
+                    holders[block] = {backend}
+                else:
+                    owners.add(backend)
+                self._total += 1
+            seen[block] = at
+            changed += 1
+        if not seen:
+            del self._seen[backend]
+        elif len(seen) > self.max_entries_per_backend:
+            self._shrink(backend, int(self.max_entries_per_backend * _KEEP_FRACTION), now)
+        if self._total > self.max_entries_total:
+            self._shrink_all(now)
+        return changed
+
     def forget(self, backend: str) -> None:
         """Drop everything about ``backend`` (removed from the fleet, or restarted)."""
         seen = self._seen.pop(backend, None)

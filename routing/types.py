@@ -35,7 +35,10 @@ class BackendSpec:
     models: frozenset[str]
     max_num_seqs: int = 256
     prefill_tokens_per_s: float = 10_000.0
-    itl_ms: float = 20.0
+    itl_ms: float = 20.0  # inter-token latency (one engine step) at a half-full batch
+    # Token budget of one engine step (vLLM ``max_num_batched_tokens``): a prompt longer than
+    # the budget left beside the decoding batch is prefilled over several steps.
+    max_num_batched_tokens: int = 2048
     first_token_overhead_ms: float = 10.0
     cold_start_ms: float = 0.0
     idle_timeout_s: float | None = None  # serverless scale-to-zero; None = always warm

@@ -8,18 +8,19 @@ prefix index, a bounded number per event-loop turn, off the request path.
 
 Why not feed remote blocks through ``observe()``: ``PipelineRouter.observe`` also releases an
 in-flight reservation and counts an outcome in the learner, so a synthetic observation would
-corrupt both. The feeder writes to the policy's ``PrefixIndex`` instead (``scorer.index`` on
-the prefix-aware policies), one block at a time: blocks from other replicas arrive as a set
-(a Redis pull orders them by time, not by chain), and ``PrefixIndex.record`` takes a chain.
+corrupt both. The feeder calls the router's ``note_remote_prefix(backend, {block: seen_at},
+now)`` instead: blocks from other replicas arrive as a set (a Redis pull orders them by time,
+not by chain), each with when it was seen, and the router keeps the newer time per block.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Protocol, cast
 
 from gateway.state.sync import SharedStateSync
 from routing.types import Decision, FleetSnapshot, Observation, PolicyRouter, RequestProfile
@@ -29,14 +30,15 @@ _MAX_QUEUED_BLOCKS = 200_000  # beyond this the oldest arrivals are dropped (the
 
 
 class PrefixRecorder(Protocol):
-    def record(self, backend: str, hashes: tuple[int, ...], now: float) -> None: ...
+    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int: ...
 
 
 def prefix_recorder_of(router: object) -> PrefixRecorder | None:
-    """The prefix index a policy keeps (``scorer.index``), or None for policies without one."""
-    index = getattr(getattr(router, "scorer", None), "index", None)
-    record = getattr(index, "record", None)
-    return index if callable(record) else None
+    """``router`` if its policy keeps a prefix index (``keeps_prefixes``), else None."""
+    note = getattr(router, "note_remote_prefix", None)
+    if callable(note) and getattr(router, "keeps_prefixes", False):
+        return cast(PrefixRecorder, router)
+    return None
 
 
 class SharedPrefixRouter:
@@ -101,13 +103,19 @@ class RemotePrefixFeeder:
         if self.recorder is None:
             self._queue.clear()
             return 0
-        queue, record = self._queue, self.recorder.record
+        queue = self._queue
         now = self._mono()
         offset = now - self._wall()
         count = min(limit, len(queue))
+        by_backend: dict[str, dict[int, float]] = {}
         for _ in range(count):
             backend, block, seen_at = queue.popleft()
-            record(backend, (block,), min(seen_at + offset, now))
+            blocks = by_backend.setdefault(backend, {})
+            at = seen_at + offset
+            if blocks.get(block, -math.inf) < at:
+                blocks[block] = at
+        for backend, blocks in by_backend.items():
+            self.recorder.note_remote_prefix(backend, blocks, now)
         self.fed_blocks += count
         return count
 

@@ -7,7 +7,7 @@ they share the same filters (an honest comparison) and the same ``Decision`` sha
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from routing.fleet_view import ViewCache
 from routing.inflight import InFlightLedger
@@ -15,7 +15,7 @@ from routing.load import LoadColumns
 from routing.pipeline.candidates import build_candidates, no_backend, rank
 from routing.pipeline.filters import Filter, FilterContext, apply_filters
 from routing.pipeline.pickers import Picker
-from routing.pipeline.scoring import ScoreContext, Scorer
+from routing.pipeline.scoring import PrefixKeeper, ScoreContext, Scorer
 from routing.types import Decision, FleetSnapshot, Observation, RequestProfile
 
 
@@ -41,6 +41,7 @@ class PipelineRouter:
         self.load = LoadColumns(self.ledger)
         self._rng = random.Random(rng_seed)
         self._views = ViewCache()
+        self._latest = -float("inf")  # the latest time seen (decide, reserve, observe)
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         """Rank the top ``max_ranked`` candidates and count the first as in flight."""
@@ -50,18 +51,35 @@ class PipelineRouter:
         return self._decide(profile, fleet, now, commit=False)
 
     def observe(self, observation: Observation) -> None:
-        self.load.release(observation.backend)
+        self._latest = max(self._latest, observation.at)
+        self.load.release(observation.backend, observation.at)
         self.scorer.observe(observation)
 
+    @property
+    def keeps_prefixes(self) -> bool:
+        """Whether this policy keeps a prefix index (``note_remote_prefix`` does something)."""
+        return isinstance(self.scorer, PrefixKeeper)
+
+    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
+        """Another replica's router saw ``backend`` serve these prefix blocks (block hash ->
+        when, on this router's clock). A block already known keeps the newer time; the blocks
+        need not form a chain. Returns how many were new or refreshed (0: no prefix index)."""
+        if isinstance(self.scorer, PrefixKeeper):
+            return self.scorer.note_remote_prefix(backend, blocks, now)
+        return 0
+
     def reserve(self, backend: str, now: float) -> None:
+        self._latest = max(self._latest, now)
         self.load.reserve(backend, now)
 
     def release(self, backend: str) -> None:
-        self.load.release(backend)
+        # No outcome, no time: the latest time this router was told is close enough.
+        self.load.release(backend, self._latest)
 
     def _decide(
         self, profile: RequestProfile, fleet: FleetSnapshot, now: float, commit: bool
     ) -> Decision:
+        self._latest = max(self._latest, now)
         view = self._views.get(fleet)
         self.load.bind(view, now)
         rows, rejected = apply_filters(self.filters, FilterContext(view, profile, now, self.load))

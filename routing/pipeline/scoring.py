@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from routing.fleet_view import F64, FleetView, Rows
 from routing.load import LoadColumns
@@ -38,6 +39,13 @@ class Scorer(Protocol):
         ...
 
     def observe(self, observation: Observation) -> None: ...
+
+
+@runtime_checkable
+class PrefixKeeper(Protocol):
+    """A scorer with a prefix index that can learn what other replicas' routers saw."""
+
+    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int: ...
 
 
 class StatelessScorer:

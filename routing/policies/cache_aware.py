@@ -11,6 +11,8 @@ with the smallest tree (most free cache) wins.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 from pydantic import Field
 
@@ -66,6 +68,9 @@ class CacheAwareScorer:
                 profile.block_tokens,
                 ctx.now,
             )
+
+    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
+        return self.index.merge(backend, blocks, now)
 
     def observe(self, observation: Observation) -> None:
         return None

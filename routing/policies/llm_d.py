@@ -9,6 +9,8 @@ without engine metrics fall back to local in-flight counts for the queue and 0.5
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 from pydantic import Field
 
@@ -76,6 +78,9 @@ class LlmDScorer:
                 profile.block_tokens,
                 ctx.now,
             )
+
+    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
+        return self.index.merge(backend, blocks, now)
 
     def observe(self, observation: Observation) -> None:
         return None

@@ -6,12 +6,15 @@ warm but overloaded backend can lose to a cold idle one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 from pydantic import Field
 
 from routing.fleet_view import F64, FleetView
 from routing.learned_columns import LearnedColumns
 from routing.learner import LearnerParams, OnlineLearner
+from routing.load import LoadColumns
 from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
@@ -103,9 +106,12 @@ class PredictedTTFTScorer:
         )
         self.row_terms = RowTerms(self.predictor_params)
         self._view: FleetView | None = None
+        self._load: LoadColumns | None = None
 
     def score(self, ctx: ScoreContext) -> Scores:
         view = self._view = ctx.view
+        self._load = ctx.load
+        ctx.load.expire(ctx.now)
         self.row_terms.sync(view, ctx.load, self.learned, self.learned.sync(view))
         cached = cached_rows(self.index, view, ctx.profile, ctx.now)
         pred = predict(
@@ -122,15 +128,31 @@ class PredictedTTFTScorer:
             # Optimistic: the next request with this prefix will queue behind this one anyway.
             record(self.index, backend, profile.prefix_hashes, profile.block_tokens, ctx.now)
         pred = scores.prediction
+        assert pred is not None  # this scorer always predicts
         cold_ms = self.learned.cold_start_ms.item(row)
-        if pred is not None and 0 < cold_ms <= 2.0 * pred.term("cold_start", row):
+        if 0 < cold_ms <= 2.0 * pred.term("cold_start", row):
             ctx.load.ledger.mark_warming(backend, ctx.now + cold_ms / 1000.0)
+        # Until its first token leaves the engine, this request's prefill (and the decode steps
+        # it spans) is ahead of every later one there.
+        work_ms = (
+            pred.term("prefill", row) + pred.term("step", row) - 0.5 * self.row_terms.decode[row]
+        )
+        first_token_ms = pred.ttft_ms.item(row) - 0.5 * pred.term("rtt", row)
+        ctx.load.prefilling.describe(row, ctx.now, ctx.now + first_token_ms / 1000.0, work_ms)
+
+    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
+        return self.index.merge(backend, blocks, now)
 
     def observe(self, observation: Observation) -> None:
-        view = self._view
+        view, load = self._view, self._load
         row = None if view is None else view.index.get(observation.backend)
-        spec = None if view is None or row is None else view.specs[row]
-        self.learner.observe(observation, spec)
+        spec, itl_scale = None, 1.0
+        if view is not None and load is not None and row is not None:
+            spec = view.specs[row]
+            # The batch the request decoded in, as the latest signals show it.
+            seqs = view.max_num_seqs.item(row)
+            itl_scale = self.row_terms.batch_scale(min(load.depth.item(row) + 1.0, seqs), seqs)
+        self.learner.observe(observation, spec, itl_scale)
         if observation.ok and observation.prefix_hashes:
             record(
                 self.index, observation.backend, observation.prefix_hashes,

@@ -145,9 +145,13 @@ def test_long_form_scores_end_to_end() -> None:
     prof = profile(prompt_tokens=100, latency_class=LatencyClass.LONG_FORM, max_tokens=1000)
     c = explain_one(state("a", running=0, waiting=0, as_of=10.0), prof)
     assert c.predicted_e2e_ms == c.score
-    assert abs(c.score - (ttft(c)[0] + 20.0 * 1000)) < 1e-6
+    # The configured ITL is a half-full batch's; this request would decode alone.
+    alone = 20.0 * (1.0 + (1.0 / 256 - 0.5))
+    assert abs(c.score - (ttft(c)[0] + alone * 1000)) < 1e-6
     default = explain_one(state("a"), profile(latency_class=LatencyClass.LONG_FORM))
-    assert abs(default.score - ttft(default)[0] - 20.0 * 256) < 1e-6
+    assert abs(default.score - ttft(default)[0] - alone * 256) < 1e-6
+    busy = explain_one(state("a", running=255, waiting=0, as_of=10.0), prof)
+    assert abs(busy.score - ttft(busy)[0] - 20.0 * 1.5 * 1000) < 1e-6
 
 
 def test_fast_slow_region_tradeoff_prefers_cache_until_queue_dominates() -> None:

@@ -142,3 +142,22 @@ def test_non_chain_input_cannot_corrupt_the_index() -> None:
     index.record("a", (1, 5), now=0.0)  # not a real chain: block 5 cannot follow block 1
     index.forget("a")
     assert index.memory_report().entries == 0 and index.memory_report().distinct_blocks == 0
+
+
+def test_merge_keeps_the_newer_time_skips_expired_and_bounds_memory() -> None:
+    index = PrefixIndex(block_tokens=16, ttl_s=100.0, max_entries_per_backend=8,
+                        max_entries_total=8)  # fmt: skip
+    index.record("a", chain(3), now=50.0)
+    # Remote sets need not be chains; older news does not roll a block back in time.
+    assert index.merge("a", {1: 10.0, 2: 80.0, 9: 70.0}, now=90.0) == 2
+    assert index.merge("a", {9: 60.0, 5: -20.0}, now=90.0) == 0  # older; expired
+    assert index.merge("a", {4: 500.0}, now=90.0) == 1  # from the future: counted as now
+    # Block 1 expired; 2 and 4 (newer) stay: sets that are not whole chains read approximately.
+    assert index.longest_cached_prefix("a", chain(4), now=151.0) < 4 * 16
+    assert index.longest_cached_prefix("a", chain(4), now=149.0) == 4 * 16
+    assert index.merge("b", {7: -50.0}, now=90.0) == 0 and index.entries("b") == 0
+    assert index.merge("b", {2: 85.0}, now=90.0) == 1  # a block "a" holds too
+    index.merge("b", {k: 90.0 for k in range(100, 110)}, now=90.0)
+    report = index.memory_report()
+    assert report.entries <= 8 and report.per_backend["b"] <= 8
+    assert index.cached_tokens((100,), now=91.0).get("b", 0) in (0, 16)

@@ -104,6 +104,7 @@ async def test_prefix_served_via_one_replica_steers_the_other_replicas_router(
     inner = build_router("predicted_ttft", {}, 2)
     recorder = prefix_recorder_of(inner)
     assert recorder is not None
+    assert prefix_recorder_of(build_router("round_robin", {}, 2)) is None  # keeps no index
     feeder = RemotePrefixFeeder(recorder)
     two.snapshot().on_remote_prefix = feeder.offer
     second = SharedPrefixRouter(inner, two)
