@@ -23,8 +23,9 @@ VIA_HEADER = "X-Meridian-Via"
 HOPS_HEADER = "X-Meridian-Hops"
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
-# Headers this module owns on the way out: whatever came in under these names is replaced.
-_OWNED = frozenset(h.lower() for h in (VIA_HEADER, HOPS_HEADER, TRACEPARENT, TRACESTATE))
+# What a door passes from the client's request to the relay; on the way out each is replaced.
+HOP_HEADERS = (VIA_HEADER, HOPS_HEADER, TRACEPARENT, TRACESTATE)
+_OWNED = frozenset(h.lower() for h in HOP_HEADERS)
 _MAX_VIA_ENTRIES = 64  # far beyond any sane max_hops; bounds the work a hostile header causes
 LOOP_STATUS = 508  # Loop Detected (RFC 5842)
 

@@ -31,6 +31,7 @@ from gateway.sse import SseEvent
 from gateway.timing import TimingEntry, label_hop
 
 TIMING_COMMENT = b": meridian-timing "
+TIMING_HEADER = "X-Meridian-Timing"  # the same summary on a non-streaming reply
 
 
 def annotate_entries(entries: list[TimingEntry], hop: HopContext, backend: str) -> None:
@@ -94,8 +95,17 @@ def take_timing_comment(event: SseEvent) -> list[dict[str, Any]] | None:
     (a malformed one is still ours to drop: it yields an empty list)."""
     if event.data is not None or not event.raw.startswith(TIMING_COMMENT):
         return None
+    return _hops(event.raw[len(TIMING_COMMENT) :].strip())
+
+
+def hops_from_header(value: str | None) -> list[dict[str, Any]]:
+    """The hops in a non-streaming reply's ``X-Meridian-Timing`` header (none if absent)."""
+    return _hops(value.encode()) if value else []
+
+
+def _hops(text: bytes) -> list[dict[str, Any]]:
     try:
-        summary = orjson.loads(event.raw[len(TIMING_COMMENT) :].strip())
+        summary = orjson.loads(text)
     except orjson.JSONDecodeError:
         return []
     if not isinstance(summary, dict):

@@ -8,6 +8,7 @@ from gateway.chain.hop import HopContext, enter_hop
 from gateway.chain.hop_timing import (
     annotate_entries,
     breakdown,
+    hops_from_header,
     merge_summary,
     parts_sum_ms,
     take_timing_comment,
@@ -68,6 +69,8 @@ def test_the_downstream_timing_comment_is_taken_and_merged_after_this_hop() -> N
     assert taken == [None, [{"gateway": "eu-gw", "x": 1}], None, []]
     flat = SseSplitter().feed(comment('meridian-timing {"backend": "b1"}'))
     assert take_timing_comment(flat[0]) == [{"backend": "b1"}]
+    assert hops_from_header('{"backend": "b1"}') == [{"backend": "b1"}]
+    assert hops_from_header(None) == [] and hops_from_header("[1]") == []
     merged = merge_summary({"backend": "to-eu", "ttft_ms": 71.0}, _hop("us-gw"), taken[1] or [])
     assert merged["backend"] == "to-eu" and merged["gateway"] == "us-gw"
     assert [h.get("gateway") for h in merged["hops"]] == ["us-gw", "eu-gw"]
