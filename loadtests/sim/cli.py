@@ -53,6 +53,20 @@ def _policies(raw: str) -> list[str] | str:
     return names
 
 
+def _reproduce_command(argv: list[str]) -> str:
+    """The command line without where it wrote its output (which says nothing of the results)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--out", "--markdown", "--revision"):
+            skip = True
+        elif not arg.startswith(("--out=", "--markdown=", "--revision=")):
+            kept.append(arg)
+    return " ".join(["meridian sim", *kept])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(list(argv) if argv is not None else None)
     policies = _policies(args.policies)
@@ -107,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_bars(summaries, out / "backend_load.png", scenario.name)
     print(f"\nwrote {out}/results.json" + ("" if args.no_plots else " and PNG plots"))
     if args.markdown is not None:
-        command = "meridian sim " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = _reproduce_command(list(argv) if argv is not None else sys.argv[1:])
         page = results_page(
             scenario.name, scenario.description, command, meta, summaries, comparison,
             args.revision or source_revision(),

@@ -81,7 +81,10 @@ def test_cli_markdown_page_names_the_code_and_holds_the_table(tmp_path: Path) ->
     revision = source_revision()
     assert revision != "unknown" and len(revision.split()[0]) == 40  # a full commit id
     assert f"- code: `{revision}`" in text
-    assert "--requests 60" in text and "requests 60" in text
+    assert (
+        f"- command: `meridian sim {scenario} --policies round_robin,oracle --requests 60 " in text
+    )
+    assert "--markdown" not in text and "--out" not in text and "requests 60" in text
     rows = [line.split()[0] for line in text.splitlines() if line.startswith(("round", "oracle"))]
     assert rows == ["round_robin", "oracle"]
     assert main([*argv, "--out", str(tmp_path), "--markdown", str(page), "--revision", "abc"]) == 0
