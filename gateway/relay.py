@@ -25,6 +25,7 @@ from gateway.attempt import AttemptContext, AttemptFailure
 from gateway.config import GatewayConfig
 from gateway.drain import DrainState, draining_error
 from gateway.errors import ApiError, no_backend, upstream_failed
+from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
 from gateway.relay_state import HubMetrics, RelayState
@@ -48,6 +49,7 @@ class Relay:
         self.safety = ReliabilityMetrics(metrics.registry)
         self.drain = DrainState()
         self.retry_after = RetryAfterTable(state.config.retry.max_retry_after_s)
+        self.observed_ttft = ObservedTtft()  # the hedge delay for policies that predict none
         self._hub_metrics = HubMetrics(state.hub_registry)
         metrics.registry.register(self._hub_metrics)
 
@@ -110,7 +112,11 @@ class Relay:
             async with timer:
                 ticket = await state.admission.admit(inbound.model, inbound.tenant)
                 hedging = policy.hedging
-                won = await (walk_hedged(walk, hedging) if hedging.enabled else walk_in_turn(walk))
+                won = await (
+                    walk_hedged(walk, hedging, self.observed_ttft)
+                    if hedging.enabled
+                    else walk_in_turn(walk)
+                )
             if won is None:
                 raise self._final_error(walk, inbound)
         except BaseException as exc:
@@ -155,6 +161,8 @@ class Relay:
         opened.entries.insert(4, TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
         name = opened.route.backend
+        if opened.upstream_ttfb_ms is not None:
+            self.observed_ttft.record(name, opened.upstream_ttfb_ms)
         self.metrics.overhead.observe(gw_ms / 1000.0)
         self.metrics.ttft.labels(name).observe(ttft_ms / 1000.0)
         predicted = opened.route.predicted_ttft_ms

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from gateway.attempt import AttemptContext, AttemptFailure, discard, run_attempt
 from gateway.config import HedgingConfig
+from gateway.hedging import ObservedTtft, hedge_delay_s
 from gateway.retry_budget import RetryAfterTable
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
@@ -112,13 +113,8 @@ async def walk_in_turn(walk: CandidateWalk) -> tuple[OpenedStream, int] | None:
     return None
 
 
-def hedge_delay_s(hedging: HedgingConfig, first: Candidate) -> float:
-    delay_ms = hedging.delay_ms or first.predicted_ttft_p90_ms or hedging.fallback_delay_ms
-    return max(hedging.min_delay_ms, delay_ms) / 1000.0
-
-
 async def walk_hedged(
-    walk: CandidateWalk, hedging: HedgingConfig
+    walk: CandidateWalk, hedging: HedgingConfig, observed: ObservedTtft
 ) -> tuple[OpenedStream, int] | None:
     loop = asyncio.get_running_loop()
     running: dict[asyncio.Task[OpenedStream | AttemptFailure], int] = {}
@@ -138,7 +134,7 @@ async def walk_hedged(
     first = launch(False)
     if first is None:
         return None
-    delay_s = hedge_delay_s(hedging, first)
+    delay_s = hedge_delay_s(hedging, first, observed)
     hedging_open = True
     try:
         while running:
