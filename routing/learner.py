@@ -5,8 +5,8 @@ prediction is the one the error is blamed on (queue, prefill or cold start), so 
 (TTFT) can teach several estimators without them fighting; when no variable term dominates,
 the error is a fixed offset and feeds ``bias``, as does a prefill far later than any plausible
 rate change (an RTT jump on a backend without probes would otherwise slash its prefill rate).
-Samples are winsorized against the current estimate before the EWMA so one outlier (a GC
-pause, a retry) cannot swing the model.
+Rates and scales move multiplicatively by a clipped step (``max_log_step``) so one outlier (a
+GC pause, a retry) cannot swing the model, and they settle on the median of their samples.
 
 Every estimate stays within physical reach of configuration: the prefill rate and the queue
 scale within ``max_ratio`` either way of the configured value (they multiply themselves, so
@@ -20,6 +20,7 @@ then taken out of the residual instead of being learned as bias.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,7 +38,11 @@ class LearnerParams:
     quantile_step: float = 0.05  # step of the online p90 tracker of actual/predicted
     min_term_ms: float = 2.0  # a term smaller than this carries no signal about its rate
     dominant_share: float = 0.6  # share of (queue+prefill+cold) a term needs to take the blame
-    max_ratio: float = 4.0  # winsorize to [1/r, r] x current; estimates to [1/r, r] x config
+    max_ratio: float = 4.0  # estimates stay within [1/r, r] x the configured value
+    # One sample moves a rate or scale by at most alpha x this, in log terms: residuals are
+    # skewed (a request can land behind a long step, never before the one in progress), and a
+    # clipped update tracks their median, which is what a point prediction should hit.
+    max_log_step: float = 0.5
     max_bias_ms: float = 1000.0  # beyond this an offset is an outage, not a correction
     # A dominant prefill that took this many times longer than predicted is not a slower GPU
     # but an offset that moved (an RTT jump, a stalled hop): blamed on bias, not on the rate.
@@ -86,10 +91,6 @@ class BackendEstimate:
 
 def _ewma(current: float | None, sample: float, alpha: float) -> float:
     return sample if current is None else current + alpha * (sample - current)
-
-
-def _winsorize(sample: float, current: float, max_ratio: float) -> float:
-    return min(max(sample, current / max_ratio), current * max_ratio)
 
 
 def _cold_start_of(obs: Observation, predicted_cold: float, spec: BackendSpec | None) -> bool:
@@ -203,23 +204,20 @@ class OnlineLearner:
             return
         configured = spec.prefill_tokens_per_s
         rate = est.prefill_rate or configured
-        ratio = self.params.max_ratio
-        sample = rate * predicted_ms / max(actual_ms, predicted_ms / ratio)
-        learned = _ewma(rate, _winsorize(sample, rate, ratio), self.params.alpha)
-        est.prefill_rate = min(max(learned, configured / ratio), configured * ratio)
+        est.prefill_rate = configured * self._rescaled(rate / configured, actual_ms, predicted_ms)
         est.prefill_samples += 1
 
     def _learn_queue(self, est: BackendEstimate, predicted_ms: float, actual_ms: float) -> None:
         est.queue_scale = self._rescaled(est.queue_scale, predicted_ms, actual_ms)
 
     def _rescaled(self, scale: float, predicted_ms: float, actual_ms: float) -> float:
-        """A term's learned scale (1 = as modelled) after one sample of it."""
-        if predicted_ms < self.params.min_term_ms or actual_ms < 0.0:
+        """A learned scale (1 = as configured or modelled) after one sample of its term."""
+        if predicted_ms < self.params.min_term_ms or actual_ms <= 0.0:
             return scale
-        ratio = self.params.max_ratio
-        sample = scale * actual_ms / predicted_ms
-        learned = _ewma(scale, _winsorize(sample, scale, ratio), self.params.alpha)
-        return min(max(learned, 1.0 / ratio), ratio)
+        p = self.params
+        step = min(max(math.log(actual_ms / predicted_ms), -p.max_log_step), p.max_log_step)
+        learned = scale * math.exp(p.alpha * step)
+        return min(max(learned, 1.0 / p.max_ratio), p.max_ratio)
 
     def _learn_bias(
         self, est: BackendEstimate, residual_ms: float, terms: Mapping[str, float]

@@ -100,12 +100,17 @@ class RowTerms:
         decode = learned.step_itl_ms.item(row) * self.batch_scale(batch, seqs) if batch else 0.0
         room = max(view.step_budget.item(row) - batch, 1.0)
         # A queued request's prefill costs its tokens at the prefill rate plus the decode
-        # steps it spans; its tokens are learned as a typical prefill time at the rate.
+        # steps it spans. Ours are learned as a typical prefill time at the rate; the engine's
+        # queue may hold anyone's, so those are taken as at least a default-sized prompt with
+        # nothing cached.
+        rate = learned.prefill_rate.item(row)
+        with_steps = 1.0 + decode * rate / (1000.0 * room)
         typical = learned.prefill_ms.item(row)
-        per_queued = typical * (1.0 + decode * learned.prefill_rate.item(row) / (1000.0 * room))
+        per_queued = typical * with_steps
+        per_waiting = max(typical, 1000.0 * p.default_prompt_tokens / rate) * with_steps
         slots_ahead = max(depth + 1.0 - seqs, 0.0)
         queue = learned.queue_scale.item(row) * (
-            slots_ahead * learned.service_ms.item(row) / seqs + unprefilled * per_queued + own_ms
+            slots_ahead * learned.service_ms.item(row) / seqs + unprefilled * per_waiting + own_ms
         )
         self.rtt[row], self.queue[row], self.rtt_queue[row] = rtt, queue, rtt + queue
         self.decode[row], self.step_room[row] = decode, room
