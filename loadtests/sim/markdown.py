@@ -41,7 +41,11 @@ def results_page(
     comparison: Comparison | None,
     revision: str,
 ) -> str:
-    facts = ", ".join(f"{key} {value}" for key, value in meta.items() if key != "trace_build_s")
+    facts = ", ".join(
+        f"{key} {value:.1f}" if isinstance(value, float) else f"{key} {value}"
+        for key, value in meta.items()
+        if key != "trace_build_s"
+    )
     parts = [
         f"# Simulator results: {scenario}",
         "",
