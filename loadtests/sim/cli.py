@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"scenario {scenario.name}: {len(trace)} requests over {trace.span_s:.0f} s, "
         f"{backends} backends, {len(trace.gateways)} gateways "
-        f"(trace built in {trace_s:.1f} s)",
+        f"(arrivals drawn in {trace_s:.1f} s; requests are generated lazily on each policy's pass)",
         flush=True,
     )
     runs: list[PolicyRun] = []
