@@ -33,6 +33,7 @@ class LoadColumns:
         self.open = np.zeros(0)  # reservations not yet released
         self.after_metrics = np.zeros(0)  # ...of which taken after the engine metrics' as_of
         self.gone = np.zeros(0)  # released after the metrics' as_of, reserved before it
+        self._gone_since = np.zeros(0)  # the metrics' as_of ``gone`` was counted against
         self.waiting = np.zeros(0)  # engine waiting (NaN: 0) less ``gone``
         self.running = np.zeros(0)  # engine running (NaN: 0) less what ``waiting`` could not
         self.last_reserved_at = np.zeros(0)  # NaN: none open
@@ -69,7 +70,7 @@ class LoadColumns:
                 self.after_metrics[row] += 1
                 self.prefilling.reserved(row, now)
             self.last_reserved_at[row] = self.ledger.last_reserved_at(backend)
-            self._update(row)
+            self._update(row, engine_moved=False)
 
     def release(self, backend: str, now: float | None = None) -> None:
         times = self.ledger.oldest(backend)
@@ -115,6 +116,7 @@ class LoadColumns:
         self.open = np.zeros(size)
         self.after_metrics = np.zeros(size)
         self.gone = np.zeros(size)
+        self._gone_since = view.metrics_as_of.copy()
         self.last_reserved_at = np.full(size, np.nan)
         self.prefilling.allocate(view)
         self.prefilling.recount_all(now)
@@ -142,7 +144,10 @@ class LoadColumns:
         backend = self._view.names[row]
         self.open[row], self.after_metrics[row] = 0.0, 0.0
         self.last_reserved_at[row] = np.nan
-        self.gone[row] = self.ledger.finished_after(backend, self._view.metrics_as_of.item(row))
+        since = self._view.metrics_as_of.item(row)
+        if since != self._gone_since.item(row):  # a new scrape (else kept up on release)
+            self.gone[row] = self.ledger.finished_after(backend, since)
+            self._gone_since[row] = since
         self._from_ledger(row, backend, now)
         self.prefilling.recount(row, now)
         self._update(row)
@@ -155,15 +160,17 @@ class LoadColumns:
         last = self.ledger.last_reserved_at(backend)
         self.last_reserved_at[row] = np.nan if last is None else last
 
-    def _update(self, row: int) -> None:
+    def _update(self, row: int, engine_moved: bool = True) -> None:
+        """Re-derive ``row``; ``engine_moved``: its scrape or ``gone`` may have changed."""
         view = self._view
         assert view is not None
         local = max(view.in_flight.item(row), self.open.item(row))
         self.local[row] = local
         if view.has_metrics[row]:
-            gone, waiting = self.gone.item(row), view.waiting0.item(row)
-            self.waiting[row] = max(waiting - gone, 0.0)
-            self.running[row] = max(view.running0.item(row) - max(gone - waiting, 0.0), 0.0)
+            if engine_moved:
+                gone, waiting = self.gone.item(row), view.waiting0.item(row)
+                self.waiting[row] = max(waiting - gone, 0.0)
+                self.running[row] = max(view.running0.item(row) - max(gone - waiting, 0.0), 0.0)
             engine = self.running.item(row) + self.waiting.item(row)
             self.depth[row] = engine + self.after_metrics.item(row)
         else:

@@ -34,6 +34,8 @@ from routing.predictor_params import PredictorParams
 from routing.predictor_rows import RowTerms
 from routing.types import LatencyClass, RequestProfile
 
+_STEP = TERMS.index("step")
+
 __all__ = ["CONFIGURED", "TERMS", "Prediction", "PredictorParams", "RowInputs", "predict"]
 
 
@@ -45,7 +47,8 @@ class Prediction:
     score: F64  # TTFT, or end-to-end time for long-form requests
     ttft_ms: F64  # the rest are aligned with the view's rows
     e2e_ms: F64 | None
-    terms_ms: tuple[F64, ...]  # in TERMS order
+    terms_ms: tuple[F64, ...]  # in TERMS order (``step`` without the half step in ``base``)
+    decode: F64  # half of it is the rest of the step in progress (in every TTFT's base)
     cached: Mapping[int, float]  # row -> cached prompt tokens, for rows holding any
     cold_prob: F64 | None  # None: no backend scales to zero
     reports: Mapping[int, float]  # gateway rows whose remote reported a TTFT for the model
@@ -56,29 +59,41 @@ class Prediction:
     params: PredictorParams
 
     def term(self, name: str, row: int) -> float:
-        return self.terms_ms[TERMS.index(name)].item(row)
+        at = TERMS.index(name)
+        value: float = self.terms_ms[at].item(row)
+        return value + 0.5 * self.decode.item(row) if at == _STEP else value
+
+    def terms_at(self, row: int) -> tuple[float, ...]:
+        rtt, queue, prefill, step, cold, downstream, bias, overhead = self.terms_ms
+        return (
+            rtt.item(row), queue.item(row), prefill.item(row),
+            step.item(row) + 0.5 * self.decode.item(row), cold.item(row), downstream.item(row),
+            bias.item(row), overhead.item(row),
+        )  # fmt: skip
 
     def capture(self, row: int) -> RowInputs:
         """Everything ``row``'s breakdown needs, read now: the columns move on later."""
         view, learned, now = self.view, self.learned, self.now
         learned_at = learned.learned_at.item(row)
         traffic_at = view.last_traffic_at.item(row)
-        reported = row in self.reports
+        rtt = view.rtt_ms.item(row)
         return RowInputs(
-            terms=tuple([column.item(row) for column in self.terms_ms]),
+            terms=self.terms_at(row),
             ttft_ms=self.ttft_ms.item(row),
             rtt_age_s=now - view.rtt_as_of.item(row) if view.rtt_measured.item(row) else None,
-            rtt_unknown=math.isnan(view.rtt_ms.item(row)),
+            rtt_unknown=rtt != rtt,
             metrics_age_s=now - view.metrics_as_of.item(row)
             if view.has_metrics.item(row)
             else None,
-            learned_age_s=CONFIGURED if math.isnan(learned_at) else now - learned_at,
+            learned_age_s=CONFIGURED if learned_at != learned_at else now - learned_at,
             traffic_age_s=now - traffic_at
-            if view.serverless.item(row) and not math.isnan(traffic_at)
+            if traffic_at == traffic_at and view.serverless.item(row)
             else CONFIGURED,
             cold_prob=0.0 if self.cold_prob is None else self.cold_prob.item(row),
             cold_start_ms=learned.cold_start_ms.item(row),
-            downstream_age_s=now - view.downstream_as_of.item(row) if reported else None,
+            downstream_age_s=now - view.downstream_as_of.item(row)
+            if self.reports and row in self.reports
+            else None,
             prefill_samples=learned.prefill_samples.item(row),
             bias_dev_ms=learned.bias_dev_ms.item(row),
             ratio_p90=learned.ratio_p90.item(row),
@@ -134,34 +149,36 @@ def predict(
     """Predict every row (cheap vector work); ``rt`` must be synced to this view first."""
     prompt, rate, room = profile.prompt_tokens, learned.prefill_rate, rt.step_room
     prefill = (1000.0 * prompt) / rate
-    steps = np.ceil(max(prompt, 1) / room)
+    one_step = prompt <= rt.min_room  # the common case: every prefill fits in one step
+    step = rt.decode if one_step else np.ceil(np.divide(float(max(prompt, 1)), room))
     for row, tokens in cached.items():
         uncached = max(prompt - tokens, 0.0)
         prefill[row] = 1000.0 * uncached / rate.item(row)
-        steps[row] = math.ceil(max(uncached, 1.0) / room.item(row))
-    steps += 0.5  # the rest of the step in progress, on average
-    step = rt.decode * steps
+        if not one_step:
+            step[row] = math.ceil(max(uncached, 1.0) / room.item(row))
+    if not one_step:
+        np.multiply(step, rt.decode, out=step)  # the steps the prefill spans, each paying decode
     zeros = view.remember("zeros", lambda: np.zeros(len(view)))
     assert isinstance(zeros, np.ndarray)
-    queue, rtt_queue = rt.queue, rt.rtt_queue
+    queue, base, decode = rt.queue, rt.base, rt.decode
     cold_and_prob = _cold(view, now, load, learned, rt)
     cold, prob = (zeros, None) if cold_and_prob is None else cold_and_prob
     downstream = zeros
     reports = _downstream(view, profile.model) if view.gateway_rows else {}
-    if reports:  # the remote's report replaces our queue and cold-start guesses
-        queue, rtt_queue, cold = queue.copy(), rtt_queue.copy(), cold.copy()
-        downstream = zeros.copy()
+    if reports:  # the remote's report replaces our queue, step and cold-start guesses
+        queue, base, decode = queue.copy(), base.copy(), decode.copy()
+        step = decode if one_step else step
+        cold, downstream = cold.copy(), zeros.copy()
         for row, ms in reports.items():
-            queue[row], cold[row], downstream[row], step[row] = 0.0, 0.0, ms, 0.0
-            rtt_queue[row] = rt.rtt[row] + 0.0
-    ttft = rtt_queue + prefill
+            base[row] -= queue[row] + 0.5 * decode[row]
+            queue[row], cold[row], downstream[row], decode[row] = 0.0, 0.0, ms, 0.0
+            step[row] = 0.0
+    ttft = base + prefill  # base: rtt + queue + half a step + bias + first-token overhead
     ttft += step
     if cold is not zeros:
         ttft += cold
     if reports:
         ttft += downstream
-    ttft += learned.bias_ms
-    ttft += view.overhead_ms
     np.maximum(ttft, 0.0, out=ttft)
     e2e = None
     if profile.latency_class is LatencyClass.LONG_FORM:
@@ -187,6 +204,7 @@ def predict(
             learned.bias_ms,
             view.overhead_ms,
         ),
+        decode=decode,
         cached=cached,
         cold_prob=prob,
         reports=reports,

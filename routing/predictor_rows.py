@@ -45,14 +45,16 @@ class RowTerms:
         empty = np.zeros(0)
         self.rtt = empty  # measured, else the region table, else the configured fallbacks
         self.queue = empty
-        self.rtt_queue = empty  # rtt + queue: the first partial sum of every TTFT
         self.decode = empty  # step time of the batch a request's prefill would share (0: idle)
+        # rtt + queue + half a step + bias + first-token overhead: every TTFT's first sum
+        self.base = empty
         self.step_room = empty  # prefill tokens per step beside that batch
         self.itl = empty  # ITL at the batch a new request would join (long-form)
         self.idle_base = empty  # last traffic or reservation (-inf: none; +inf: never cold)
         self.cold_after = empty  # idle time where P(cold) starts to rise
         self.cold_ramp = empty  # ...and the idle time it takes to reach 1
         self.scales = False  # any backend that scales to zero
+        self.min_room = 0.0
 
     def sync(
         self,
@@ -76,29 +78,41 @@ class RowTerms:
         self._view, self._load_generation = view, load.generation
         size = len(view)
         for name in (
-            "rtt", "queue", "rtt_queue", "decode", "step_room", "itl", "idle_base", "cold_after",
+            "rtt", "queue", "decode", "base", "step_room", "itl", "idle_base", "cold_after",
             "cold_ramp",
         ):  # fmt: skip
             setattr(self, name, np.zeros(size))
+        # What configuration says per row, as plain lists: read once per row per change.
+        home = view.fleet.gateway_region
+        self._seqs = view.max_num_seqs.tolist()
+        self._budget = view.step_budget.tolist()
+        self._overhead = view.overhead_ms.tolist()
+        self._home = [region == home for region in view.regions]
+        # Every prompt up to this many tokens is prefilled in one step on every backend.
+        self.min_room = float((view.step_budget - view.max_num_seqs).min()) if size else 0.0
         self.scales = bool((view.serverless & np.isfinite(view.idle_timeout_s)).any())
 
     def _row(self, view: FleetView, load: LoadColumns, learned: LearnedColumns, row: int) -> None:
         p = self.params
         rtt = view.rtt_ms.item(row)
         if rtt != rtt:  # NaN: neither a probe nor the region table knows
-            home = view.regions[row] == view.fleet.gateway_region
-            rtt = p.same_region_rtt_ms if home else p.unknown_rtt_ms
-        seqs = view.max_num_seqs.item(row)
-        depth = load.depth.item(row)
+            rtt = p.same_region_rtt_ms if self._home[row] else p.unknown_rtt_ms
+        seqs, depth = self._seqs[row], load.depth.item(row)
         own_ms = 0.0  # our own requests not in the metrics yet, at their predicted work
-        if view.has_metrics[row]:
-            unprefilled = load.waiting.item(row)
-            own_ms = load.prefilling.work_ms.item(row)
+        if view.has_metrics.item(row):
+            unprefilled, own_ms = load.waiting.item(row), load.prefilling.work_ms[row]
         else:
-            unprefilled = max(load.local.item(row) - seqs, 0.0)
-        batch = min(depth, seqs)
-        decode = learned.step_itl_ms.item(row) * self.batch_scale(batch, seqs) if batch else 0.0
-        room = max(view.step_budget.item(row) - batch, 1.0)
+            local = load.local.item(row)
+            unprefilled = local - seqs if local > seqs else 0.0
+        # (Conditionals, not min/max: this runs for every changed row of every decision.)
+        batch = depth if depth < seqs else seqs
+        slope = p.itl_batch_slope
+        decode = 0.0
+        if batch:
+            scale = 1.0 + slope * (batch / seqs - 0.5)
+            decode = learned.step_itl_ms.item(row) * (scale if scale > 0.25 else 0.25)
+        room = self._budget[row] - batch
+        room = room if room > 1.0 else 1.0
         # A queued request's prefill costs its tokens at the prefill rate plus the decode
         # steps it spans. Ours are learned as a typical prefill time at the rate; the engine's
         # queue may hold anyone's, so those are taken as at least a default-sized prompt with
@@ -106,21 +120,27 @@ class RowTerms:
         rate = learned.prefill_rate.item(row)
         with_steps = 1.0 + decode * rate / (1000.0 * room)
         typical = learned.prefill_ms.item(row)
+        default = 1000.0 * p.default_prompt_tokens / rate
         per_queued = typical * with_steps
-        per_waiting = max(typical, 1000.0 * p.default_prompt_tokens / rate) * with_steps
-        slots_ahead = max(depth + 1.0 - seqs, 0.0)
+        per_waiting = (typical if typical > default else default) * with_steps
+        slots_ahead = depth + 1.0 - seqs if depth + 1.0 > seqs else 0.0
         queue = learned.queue_scale.item(row) * (
             slots_ahead * learned.service_ms.item(row) / seqs + unprefilled * per_waiting + own_ms
         )
-        self.rtt[row], self.queue[row], self.rtt_queue[row] = rtt, queue, rtt + queue
-        self.decode[row], self.step_room[row] = decode, room
+        overhead = self._overhead[row]
+        self.rtt[row], self.queue[row], self.decode[row], self.step_room[row] = (
+            rtt, queue, decode, room,
+        )  # fmt: skip
+        self.base[row] = rtt + queue + 0.5 * decode + learned.bias_ms.item(row) + overhead
         # A reservation the predictor does not describe: a typical request, ahead of later
         # ones until its first token.
-        engine_ms = view.overhead_ms.item(row) + queue + per_queued + 0.5 * decode
-        load.prefilling.window_s[row] = (0.5 * rtt + engine_ms) / 1000.0
+        load.prefilling.window_s[row] = (0.5 * rtt + overhead + queue + per_queued) / 1000.0
         load.prefilling.typical_ms[row] = per_queued
-        self.itl[row] = learned.itl_ms.item(row) * self.batch_scale(min(depth + 1.0, seqs), seqs)
-        self._cold_inputs(view, load, row)
+        joined = depth + 1.0 if depth + 1.0 < seqs else seqs
+        scale = 1.0 + slope * (joined / seqs - 0.5)
+        self.itl[row] = learned.itl_ms.item(row) * (scale if scale > 0.25 else 0.25)
+        if self.scales:
+            self._cold_inputs(view, load, row)
 
     def batch_scale(self, batch: float, seqs: float) -> float:
         """ITL at ``batch`` running over ITL at a half-full batch."""

@@ -9,86 +9,99 @@ engine; it counts until then, or until a newer scrape shows it. Counting every r
 since the scrape at a typical size instead charges a backend, one scrape interval long, for
 prefills long done, and undercharges it for the long uncached prompts that really block it.
 
-Time moves the sums without any event, so each row keeps the time its first counted
-reservation is due; ``expire(now)`` recounts only the rows past that time.
+Time moves the sums without any event, so a heap holds when each row's first counted
+reservation is due; ``expire(now)`` recounts only the rows past it (one comparison when none).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
-import numpy as np
-
-from routing.fleet_view import F64, FleetView
+from routing.fleet_view import FleetView
 
 _INF = float("inf")
-
-
-class _Entry:
-    __slots__ = ("due", "reserved_at", "work_ms")
-
-    def __init__(self, reserved_at: float, due: float, work_ms: float) -> None:
-        self.reserved_at, self.due, self.work_ms = reserved_at, due, work_ms
+_AT, _DUE, _WORK = 0, 1, 2  # an entry: [reserved at, due, work ms] (mutable: ``describe``)
 
 
 class Prefilling:
+    """Per-row values are plain lists: they are read and written one row at a time."""
+
     def __init__(self) -> None:
         self._view: FleetView | None = None
+        self._names: tuple[str, ...] = ()
         # backend -> reservations, oldest first (by name: they outlive a view's layout)
-        self._entries: dict[str, deque[_Entry]] = {}
-        self.work_ms: F64 = np.zeros(0)  # counted prefill work per row
-        self._until: F64 = np.zeros(0)  # when the first counted reservation is due
+        self._entries: dict[str, deque[list[float]]] = {}
+        self.work_ms: list[float] = []  # counted prefill work per row
+        self._until: list[float] = []  # when the row's first counted reservation is due
+        self._dues: list[tuple[float, int]] = []  # heap of (due, row); stale ones recount
         # Set by the predictor per row, for reservations it did not describe: how long one
         # stays ahead, and its work (a typical queued request's).
-        self.window_s: F64 = np.zeros(0)
-        self.typical_ms: F64 = np.zeros(0)
+        self.window_s: list[float] = []
+        self.typical_ms: list[float] = []
 
     def allocate(self, view: FleetView) -> None:
         """Columns for ``view`` (call ``recount_all`` next)."""
         size = len(view)
         if self._view is not view:
-            self.window_s, self.typical_ms = np.full(size, _INF), np.zeros(size)
-        self._view = view
-        self.work_ms, self._until = np.zeros(size), np.full(size, _INF)
+            self.window_s, self.typical_ms = [_INF] * size, [0.0] * size
+        self._view, self._names = view, view.names
+        self.work_ms, self._until, self._dues = [0.0] * size, [_INF] * size, []
 
     def reserved(self, row: int, now: float) -> None:
         """A reservation at ``now`` on ``row``, taken after its scrape."""
-        entry = _Entry(now, now + self.window_s.item(row), self.typical_ms.item(row))
-        self._entries.setdefault(self._name(row), deque()).append(entry)
-        self.work_ms[row] += entry.work_ms
-        self._until[row] = min(self._until.item(row), entry.due)
+        due, work = now + self.window_s[row], self.typical_ms[row]
+        name = self._names[row]
+        entries = self._entries.get(name)
+        if entries is None:
+            entries = self._entries[name] = deque()
+        entries.append([now, due, work])
+        self.work_ms[row] += work
+        if due < self._until[row]:
+            self._due(row, due)
 
     def describe(self, row: int, now: float, due: float, work_ms: float) -> None:
         """What the router predicted for the reservation it just took on ``row`` at ``now``."""
-        entries = self._entries.get(self._name(row))
-        if entries and entries[-1].reserved_at == now:
-            entries[-1].due, entries[-1].work_ms = due, work_ms
-            self.recount(row, now)
+        entries = self._entries.get(self._names[row])
+        if entries and entries[-1][_AT] == now:
+            last = entries[-1]
+            self.work_ms[row] += work_ms - last[_WORK]
+            last[_DUE], last[_WORK] = due, work_ms
+            # A later due can only leave ``_until`` early: expire() then recounts the row.
+            if due < self._until[row]:
+                self._due(row, due)
 
     def released(self, row: int, now: float) -> None:
         """A reservation on ``row`` ended (the oldest: releases carry no request id)."""
-        entries = self._entries.get(self._name(row))
+        name = self._names[row]
+        entries = self._entries.get(name)
         if entries:
-            entries.popleft()
-            self.recount(row, now)
+            gone = entries.popleft()  # every entry left in the deque is in the sum
+            if entries:
+                self.work_ms[row] -= gone[_WORK]
+            else:
+                del self._entries[name]
+                self.work_ms[row], self._until[row] = 0.0, _INF
 
     def recount(self, row: int, now: float) -> None:
         """Drop what a newer scrape shows or what is due by ``now``; sum the rest."""
         view = self._view
         assert view is not None
-        name = view.names[row]
+        name = self._names[row]
+        self._until[row] = _INF
         entries = self._entries.get(name)
         if not entries:
-            self.work_ms[row], self._until[row] = 0.0, _INF
+            self.work_ms[row] = 0.0
             return
         scraped = view.metrics_as_of.item(row)
-        kept = [e for e in entries if e.reserved_at > scraped and e.due > now]
+        kept = [e for e in entries if e[_AT] > scraped and e[_DUE] > now]
         if len(kept) < len(entries):
             entries.clear()
             entries.extend(kept)
-        self.work_ms[row] = sum(e.work_ms for e in kept)
-        self._until[row] = min((e.due for e in kept), default=_INF)
-        if not kept:
+        self.work_ms[row] = sum(e[_WORK] for e in kept)
+        if kept:
+            self._due(row, min(e[_DUE] for e in kept))
+        else:
             del self._entries[name]
 
     def recount_all(self, now: float) -> None:
@@ -101,13 +114,18 @@ class Prefilling:
             else:
                 self.recount(row, now)
 
-    def _name(self, row: int) -> str:
-        assert self._view is not None
-        return self._view.names[row]
+    def _due(self, row: int, due: float) -> None:
+        self._until[row] = due
+        heapq.heappush(self._dues, (due, row))
 
     def expire(self, now: float) -> list[int]:
         """Recount the rows where a reservation fell due by ``now``; returns them."""
-        rows: list[int] = np.flatnonzero(self._until <= now).tolist()
+        dues = self._dues
+        if not dues or dues[0][0] > now:
+            return []
+        rows: set[int] = set()
+        while dues and dues[0][0] <= now:
+            rows.add(heapq.heappop(dues)[1])
         for row in rows:
             self.recount(row, now)
-        return rows
+        return sorted(rows)

@@ -51,7 +51,8 @@ class PipelineRouter:
         return self._decide(profile, fleet, now, commit=False)
 
     def observe(self, observation: Observation) -> None:
-        self._latest = max(self._latest, observation.at)
+        if observation.at > self._latest:
+            self._latest = observation.at
         self.load.release(observation.backend, observation.at)
         self.scorer.observe(observation)
 
@@ -69,7 +70,8 @@ class PipelineRouter:
         return 0
 
     def reserve(self, backend: str, now: float) -> None:
-        self._latest = max(self._latest, now)
+        if now > self._latest:
+            self._latest = now
         self.load.reserve(backend, now)
 
     def release(self, backend: str) -> None:
@@ -79,7 +81,8 @@ class PipelineRouter:
     def _decide(
         self, profile: RequestProfile, fleet: FleetSnapshot, now: float, commit: bool
     ) -> Decision:
-        self._latest = max(self._latest, now)
+        if now > self._latest:
+            self._latest = now
         view = self._views.get(fleet)
         self.load.bind(view, now)
         rows, rejected = apply_filters(self.filters, FilterContext(view, profile, now, self.load))

@@ -19,10 +19,12 @@ from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.params import CommonParams, assemble
-from routing.predictor import PredictorParams, predict
+from routing.predictor import TERMS, PredictorParams, predict
 from routing.predictor_rows import RowTerms
 from routing.prefix_index import PrefixIndex, matching_chain
 from routing.types import LatencyClass, Observation, RequestProfile
+
+_RTT, _PREFILL, _STEP = (TERMS.index(name) for name in ("rtt", "prefill", "step"))
 
 
 class PredictedTTFTParams(CommonParams):
