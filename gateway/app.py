@@ -11,10 +11,12 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
+from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
 from gateway.metrics import GatewayMetrics
 from gateway.relay import Relay
-from gateway.relay_state import build_state
+from gateway.relay_state import Builders, build_state
+from gateway.state.wiring import SharedState, install_shared_state
 from gateway.state_keys import CONFIG, METRICS, RELAY
 from routing.types import PolicyRouter
 
@@ -48,8 +50,16 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=config.limits.max_body_bytes)
     metrics = GatewayMetrics()
+    shared = SharedState.from_config(config, metrics.registry)
     # Pools, router and signal hub live in a RelayState that a reload rebuilds and swaps whole.
-    relay = Relay(build_state(config, router), metrics)
+    builders = Builders(
+        hub=lambda cfg, registry: build_signal_hub(cfg, registry, shared.fleet),
+        wrap_router=shared.wrap_router,
+    )
+    relay = Relay(
+        build_state(config, shared.wrap_router(router) if router else None, builders=builders),
+        metrics,
+    )
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
@@ -64,6 +74,8 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
         await relay.fleet.stop()
 
     app.cleanup_ctx.append(upstream_pool)
+    # Starts before the hub, stops after it; the state route follows the hub a reload swaps in.
+    install_shared_state(app, shared, lambda: relay.fleet)
     app.cleanup_ctx.append(signals)
     if config.listen.grpc_port is not None:
         # Imported here: grpc loads only when the gRPC door is configured.

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from gateway.signals.hub import SignalsConfig
+from gateway.state.config import StateConfig
 from routing.errors import RoutingError
 from routing.policies import build_router
 from routing.types import BackendKind, BackendSpec
@@ -259,6 +260,7 @@ class GatewayConfig(_Strict):
     drain: DrainConfig = DrainConfig()
     reload: ReloadConfig = ReloadConfig()
     signals: SignalsConfig = SignalsConfig()
+    state: StateConfig = StateConfig()  # shared between replicas (gateway/state/README.md)
 
     @model_validator(mode="after")
     def _cross_references(self) -> GatewayConfig:
@@ -276,6 +278,12 @@ class GatewayConfig(_Strict):
                     )
             if self.region is not None and self.region not in known:
                 raise ValueError(f"'region' {self.region!r} is not in 'regions'")
+        geo = self.signals.geo
+        if not geo.regions and geo.default_origin is not None and geo.default_origin not in known:
+            raise ValueError(
+                f"signals.geo.default_origin {geo.default_origin!r} is not in 'regions' "
+                f"({', '.join(sorted(known)) or 'none configured'})"
+            )
         try:
             build_router(self.routing.policy, self.routing.params, self.routing.seed)
         except RoutingError as exc:

@@ -116,3 +116,17 @@ def test_serve_with_no_config_runs_the_embedded_fleet() -> None:
         _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
     assert "EMULATED" in stderr
+
+
+def test_geo_default_origin_is_checked_against_top_level_regions(tmp_path: Path) -> None:
+    config = tmp_path / "geo.yaml"
+    config.write_text(
+        "regions: [{name: us-east}]\n"
+        "signals: {geo: {default_origin: mars}}\n"
+        "backends: [{name: a, region: us-east, url: 'http://h/v1', models: [m]}]\n"
+    )
+    result = run("check-config", str(config))
+    assert result.returncode == 1
+    assert "signals.geo.default_origin 'mars' is not in 'regions' (us-east)" in result.stderr
+    config.write_text(config.read_text().replace("mars", "us-east"))
+    assert run("check-config", str(config)).returncode == 0
