@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.placement import PlacementConfig
 from gateway.signals.hub import SignalsConfig
 from gateway.state.config import StateConfig
 from routing.errors import RoutingError
@@ -261,6 +262,7 @@ class GatewayConfig(_Strict):
     reload: ReloadConfig = ReloadConfig()
     signals: SignalsConfig = SignalsConfig()
     state: StateConfig = StateConfig()  # shared between replicas (gateway/state/README.md)
+    placement: PlacementConfig = PlacementConfig()
 
     @model_validator(mode="after")
     def _cross_references(self) -> GatewayConfig:
@@ -278,6 +280,9 @@ class GatewayConfig(_Strict):
                     )
             if self.region is not None and self.region not in known:
                 raise ValueError(f"'region' {self.region!r} is not in 'regions'")
+        unknown = sorted(self.placement.regions_named() - known) if known else []
+        if unknown:
+            raise ValueError(f"placement names regions not in 'regions': {', '.join(unknown)}")
         geo = self.signals.geo
         if not geo.regions and geo.default_origin is not None and geo.default_origin not in known:
             raise ValueError(

@@ -271,7 +271,9 @@ async def explain_route(request: web.Request) -> web.Response:
     regions = known_regions(relay.fleet, [r.name for r in config.regions])
     origin, geo = resolve_origin(relay.fleet, request.query.get("origin"), regions)
     tenant = tenant_from(request.query.get("tenant") or request.headers.get("X-Meridian-Tenant"))
-    profile = build_profile(await _request_body(request), tenant, origin, relay.known_models)
+    profile = relay.place(
+        build_profile(await _request_body(request), tenant, origin, relay.known_models)
+    )
     report = explain_report(router, relay.fleet, profile, geo)
     return web.Response(
         body=orjson.dumps(report, option=orjson.OPT_INDENT_2),

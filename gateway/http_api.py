@@ -23,6 +23,7 @@ from gateway.relay import Relay
 from gateway.signals.outlier import FailureKind
 from gateway.sse import comment
 from gateway.sse_writer import ClientTooSlow, SseWriter
+from gateway.state.wiring import STATE
 from gateway.state_keys import METRICS, RELAY
 from gateway.stream import OpenedStream, StreamBroken
 from gateway.timing import TimingEntry, render
@@ -265,6 +266,8 @@ async def readyz(request: web.Request) -> web.Response:
         "backends_ejected": sorted(health.ejected_until),
         "panic": health.panic,
     }
+    if STATE in request.app:  # degraded shared state is reported, but is no reason to stop
+        body["state"] = request.app[STATE].health().as_dict()
     return web.json_response(body, status=200 if ready else 503)
 
 

@@ -28,6 +28,8 @@ from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
+from gateway.placement import UNRESTRICTED
+from gateway.placement import resolve as resolve_placement
 from gateway.relay_state import HubMetrics, RelayState
 from gateway.reliability_metrics import ReliabilityMetrics
 from gateway.retry_budget import RetryAfterTable
@@ -37,7 +39,7 @@ from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
 from gateway.upstream import UpstreamPool
 from gateway.walk import CandidateWalk, walk_hedged, walk_in_turn
-from routing.types import Observation, PolicyRouter
+from routing.types import Observation, PolicyRouter, RequestProfile
 
 log = logging.getLogger("meridian.relay")
 
@@ -88,13 +90,25 @@ class Relay:
 
     # -- one request ---------------------------------------------------------------------
 
+    def place(self, profile: RequestProfile) -> RequestProfile:
+        """The profile with the placement policy (residency, region preferences) applied."""
+        placement = resolve_placement(self._state.config.placement, profile.tenant, profile.origin)
+        if placement is UNRESTRICTED:
+            return profile
+        return replace(
+            profile,
+            allowed_regions=placement.allowed_regions,
+            region_penalty_ms=placement.region_penalty_ms,
+        )
+
     async def open(self, inbound: InboundRequest, forward_headers: dict[str, str]) -> OpenedStream:
         if self.drain.refusing:
             raise draining_error()
         state = self._state
         policy = state.policy(inbound.profile.latency_class)
         started = time.perf_counter()
-        decision = state.router.decide(inbound.profile, state.fleet.snapshot(), time.monotonic())
+        profile = self.place(inbound.profile)
+        decision = state.router.decide(profile, state.fleet.snapshot(), time.monotonic())
         route_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.route_decision.observe(route_ms / 1000.0)
         if not decision.ranked:
@@ -160,6 +174,7 @@ class Relay:
         opened.entries[:0] = [TimingEntry("gw", gw_ms), TimingEntry("route", route_ms, policy)]
         opened.entries.insert(4, TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
+        opened.entries.extend(_prediction_entries(opened))
         name = opened.route.backend
         if opened.upstream_ttfb_ms is not None:
             self.observed_ttft.record(name, opened.upstream_ttfb_ms)
@@ -247,3 +262,18 @@ def _error_for(failures: list[AttemptFailure], message: str) -> ApiError:
     if all(f.kind == "connect" or f.status == 503 for f in failures):
         return no_backend(message, retry_after or 1.0)
     return upstream_failed(message, 502, retry_after)
+
+
+def _prediction_entries(opened: OpenedStream) -> list[TimingEntry]:
+    """What routing predicted for the chosen backend, beside what happened: ``predicted_ttft``
+    with its terms in ``desc``, and ``cold_start`` on its own when one was expected."""
+    predicted = opened.route.predicted_ttft_ms
+    if predicted is None:
+        return []
+    terms = opened.predicted_terms_ms
+    desc = " ".join(f"{name}={value:.1f}" for name, value in terms.items() if value)
+    entries = [TimingEntry("predicted_ttft", predicted, desc or None)]
+    cold = terms.get("cold_start", 0.0)
+    if cold > 0:
+        entries.append(TimingEntry("cold_start", cold, "predicted"))
+    return entries

@@ -59,7 +59,11 @@ class GeoConfig(BaseModel):
         parse_networks(self.trusted_proxies)  # ValueError names the bad CIDR
         # With no regions of its own, the gateway config fills them from its top-level
         # ``regions`` and checks default_origin there.
-        if self.regions and self.default_origin is not None and self.default_origin not in self.regions:
+        if (
+            self.regions
+            and self.default_origin is not None
+            and self.default_origin not in self.regions
+        ):
             known = ", ".join(sorted(self.regions)) or "none configured"
             raise ValueError(
                 f"default_origin {self.default_origin!r} is not a configured region ({known})"
