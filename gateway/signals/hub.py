@@ -124,7 +124,7 @@ class SignalHub(ProbeObserver):
         chain: ChainConfig | None = None,
     ) -> None:
         self._targets = {t.name: t for t in targets}
-        chain = chain or ChainConfig()
+        self.chain = chain = chain or ChainConfig()
         self.gateway_id = chain.gateway_id(gateway_region)
         self._shared = shared
         self._shared_version = -1
