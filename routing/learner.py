@@ -141,6 +141,24 @@ class OnlineLearner:
             est.service_ms = _ewma(
                 est.service_ms, obs.ttft_ms + obs.itl_ms * obs.output_tokens, alpha
             )
+        if not obs.first_token_observed:
+            self._learn_ttft(est, obs, spec)
+
+    def observe_first_token(self, obs: Observation, spec: BackendSpec | None) -> None:
+        """Learn the TTFT terms from ``obs`` as soon as its first token is seen, long before the
+        stream ends (a backlog the scrape hides shows only in TTFT, and a long stream would
+        tell it seconds late). The request is counted, and ITL learned, by ``observe`` later."""
+        if obs.ttft_ms is None or obs.ttft_ms < 0:
+            return
+        est = self._estimates.get(obs.backend)
+        if est is None:
+            est = self._estimates[obs.backend] = BackendEstimate()
+        est.last_at = obs.at
+        self.dirty.add(obs.backend)
+        self._learn_ttft(est, obs, spec)
+
+    def _learn_ttft(self, est: BackendEstimate, obs: Observation, spec: BackendSpec | None) -> None:
+        assert obs.ttft_ms is not None
         terms = obs.predicted_terms_ms
         predicted = obs.predicted_ttft_ms
         if predicted is None and terms:

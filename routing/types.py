@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from routing.prefix import DEFAULT_BLOCK_TOKENS
 
@@ -169,6 +169,9 @@ class Observation:
     queue_wait_ms: float | None = None  # when the backend reports it (Server-Timing)
     cold_start: bool | None = None  # when the backend says this request hit a cold start
     block_tokens: int = DEFAULT_BLOCK_TOKENS  # of ``prefix_hashes`` (see RequestProfile)
+    # The router was already told this request's TTFT at its first token
+    # (``observe_first_token``): the end-of-stream observation must not learn it again.
+    first_token_observed: bool = False
 
 
 class Router(Protocol):
@@ -179,6 +182,28 @@ class Router(Protocol):
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision: ...
 
     def observe(self, observation: Observation) -> None: ...
+
+
+@runtime_checkable
+class FirstTokenObserver(Protocol):
+    """A router that learns TTFT at the first token (every ``PipelineRouter``). The gateway
+    calls ``observe_first_token`` when the first token arrives, then ``observe`` at the end
+    with ``Observation.first_token_observed=True`` (which releases in flight, records the
+    prefix and learns ITL, without learning the TTFT twice)."""
+
+    def observe_first_token(
+        self,
+        backend: str,
+        at: float,
+        ttft_ms: float,
+        predicted_terms_ms: Mapping[str, float],
+        prompt_tokens: int = 0,
+        cached_tokens: int | None = None,
+        *,
+        predicted_ttft_ms: float | None = None,
+        queue_wait_ms: float | None = None,
+        cold_start: bool | None = None,
+    ) -> None: ...
 
 
 class PolicyRouter(Router, Protocol):

@@ -21,9 +21,9 @@ from loadtests.sim.scenario import Scenario, Slowdown
 from loadtests.sim.signals import SignalModel
 from loadtests.sim.trace import Trace, TraceRequest
 from routing.policies import build_router
-from routing.types import Observation, RequestProfile, Router
+from routing.types import FirstTokenObserver, Observation, RequestProfile, Router
 
-ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE = range(8)
+ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST = range(9)
 
 
 @dataclass(slots=True)
@@ -38,6 +38,7 @@ class _Open:
     terms_ms: dict[str, float]
     first_at: float = math.nan
     cached: int = 0
+    first_seen: bool = False  # the router learned the TTFT at the first token
 
 
 class Simulation:
@@ -60,7 +61,7 @@ class Simulation:
         self._handlers: dict[int, Callable[[float, int], None]] = {
             ARRIVAL: self._arrival, SUBMIT: self._submit, WAKE: self._wake,
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
-            SLOW: self._slow, RESTORE: self._restore,
+            SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
         }  # fmt: skip
 
     def _router(self, index: int, region: str) -> Router:
@@ -165,10 +166,26 @@ class Simulation:
             state = self._open[event.seq_id]
             if event.kind is EventKind.FIRST_TOKEN:
                 state.first_at, state.cached = event.time, event.cached_tokens
+                self._push(max(event.time + state.one_way_s, now), FIRST, event.seq_id)
             elif event.kind is EventKind.FINISHED:
                 self.results.finished(event.seq_id, event.time, event.tokens)
                 self._push(event.time + state.one_way_s, RETURN, event.seq_id)
         self._touched(backend, now)
+
+    def _first(self, now: float, i: int) -> None:
+        """The first token reaches the gateway: the router learns the TTFT now, as the
+        gateway's relay does, not at the end of the stream."""
+        state = self._open[i]
+        router = self.routers[state.request.gateway]
+        if isinstance(router, FirstTokenObserver):
+            request = state.request
+            router.observe_first_token(
+                self.backends[state.backend].name, now,
+                1000.0 * (state.first_at + state.one_way_s - request.at),
+                state.terms_ms, request.prompt_tokens, state.cached,
+                predicted_ttft_ms=state.predicted_ms,
+            )  # fmt: skip
+            state.first_seen = True
 
     def _return(self, now: float, i: int) -> None:
         state = self._open.pop(i)
@@ -186,6 +203,7 @@ class Simulation:
                 output_tokens=int(output), ttft_ms=ttft_ms, itl_ms=itl_ms,
                 predicted_ttft_ms=state.predicted_ms, prefix_hashes=state.hashes,
                 tenant=request.tenant, predicted_terms_ms=state.terms_ms,
+                first_token_observed=state.first_seen,
             )
         )  # fmt: skip
 

@@ -15,7 +15,7 @@ from routing.load import LoadColumns
 from routing.pipeline.candidates import build_candidates, no_backend, rank
 from routing.pipeline.filters import Filter, FilterContext, apply_filters
 from routing.pipeline.pickers import Picker
-from routing.pipeline.scoring import PrefixKeeper, ScoreContext, Scorer
+from routing.pipeline.scoring import FirstTokenLearner, PrefixKeeper, ScoreContext, Scorer
 from routing.types import Decision, FleetSnapshot, Observation, RequestProfile
 
 
@@ -55,6 +55,36 @@ class PipelineRouter:
             self._latest = observation.at
         self.load.release(observation.backend, observation.at)
         self.scorer.observe(observation)
+
+    def observe_first_token(
+        self,
+        backend: str,
+        at: float,
+        ttft_ms: float,
+        predicted_terms_ms: Mapping[str, float],
+        prompt_tokens: int = 0,
+        cached_tokens: int | None = None,
+        *,
+        predicted_ttft_ms: float | None = None,
+        queue_wait_ms: float | None = None,
+        cold_start: bool | None = None,
+    ) -> None:
+        """The first token of a request routed to ``backend`` reached the gateway at ``at``,
+        ``ttft_ms`` after the request arrived; ``predicted_terms_ms`` is the chosen
+        ``Candidate.terms_ms``. Learns the TTFT model now; the request stays in flight until
+        ``observe`` (pass ``first_token_observed=True`` there) or ``release``."""
+        if at > self._latest:
+            self._latest = at
+        if isinstance(self.scorer, FirstTokenLearner):
+            self.scorer.observe_first_token(
+                Observation(
+                    backend, at, ok=True, prompt_tokens=prompt_tokens,
+                    cached_tokens=cached_tokens, ttft_ms=ttft_ms,
+                    predicted_ttft_ms=predicted_ttft_ms, predicted_terms_ms=predicted_terms_ms,
+                    queue_wait_ms=queue_wait_ms, cold_start=cold_start,
+                    first_token_observed=True,
+                )
+            )  # fmt: skip
 
     @property
     def keeps_prefixes(self) -> bool:

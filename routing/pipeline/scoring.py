@@ -48,6 +48,14 @@ class PrefixKeeper(Protocol):
     def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int: ...
 
 
+@runtime_checkable
+class FirstTokenLearner(Protocol):
+    """A scorer that learns its TTFT model at each request's first token (``observe`` at the
+    end of the stream then skips TTFT when ``Observation.first_token_observed``)."""
+
+    def observe_first_token(self, observation: Observation) -> None: ...
+
+
 class StatelessScorer:
     """Base for scorers that keep no state between decisions."""
 

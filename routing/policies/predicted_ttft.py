@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from routing.fleet_view import F64, FleetView
+from routing.keep_warm import keep_warm_credit
 from routing.learned_columns import LearnedColumns
 from routing.learner import LearnerParams, OnlineLearner
 from routing.load import LoadColumns
@@ -45,6 +46,15 @@ class PredictedTTFTParams(CommonParams):
     itl_batch_slope: float = Field(default=1.0, ge=0)
     learning_rate: float = Field(default=0.1, gt=0, le=1)
     bias_learning_rate: float = Field(default=0.05, gt=0, le=1)
+    keep_warm_margin_ms: float = Field(
+        default=50.0,
+        ge=0,
+        description="score credit for a warm, idle serverless backend nearing its idle timeout "
+        "(0: off); a request within this of the best keeps it warm",
+    )
+    keep_warm_after: float = Field(
+        default=0.5, gt=0, lt=1, description="...once idle this fraction of its idle timeout"
+    )
 
 
 def cached_rows(
@@ -107,6 +117,7 @@ class PredictedTTFTScorer:
             self.learner, params.default_output_tokens, params.default_prompt_tokens
         )
         self.row_terms = RowTerms(self.predictor_params)
+        self.params = params
         self._view: FleetView | None = None
         self._load: LoadColumns | None = None
 
@@ -121,7 +132,14 @@ class PredictedTTFTScorer:
         )
         long_form = ctx.profile.latency_class is LatencyClass.LONG_FORM
         basis = "predicted end-to-end (ms)" if long_form else "predicted TTFT (ms)"
-        return Scores(pred.score, basis, pred)
+        p = self.params
+        credit = keep_warm_credit(
+            view, ctx.rows, ctx.load, self.row_terms, ctx.now, p.keep_warm_margin_ms,
+            p.keep_warm_after,
+        )  # fmt: skip
+        if credit is None:
+            return Scores(pred.score, basis, pred)
+        return Scores(pred.score - credit, basis, pred, mode="keep-warm credit offered")
 
     def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
         backend = ctx.view.names[row]
@@ -144,6 +162,12 @@ class PredictedTTFTScorer:
 
     def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
         return self.index.merge(backend, blocks, now)
+
+    def observe_first_token(self, observation: Observation) -> None:
+        view = self._view
+        row = None if view is None else view.index.get(observation.backend)
+        spec = None if view is None or row is None else view.specs[row]
+        self.learner.observe_first_token(observation, spec)
 
     def observe(self, observation: Observation) -> None:
         view, load = self._view, self._load
