@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from gateway.chain.summary import add_chain_routes
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
@@ -55,6 +56,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     builders = Builders(
         hub=lambda cfg, registry: build_signal_hub(cfg, registry, shared.fleet),
         wrap_router=shared.wrap_router,
+        seed_salt=shared.seed_salt(),
     )
     relay = Relay(
         build_state(config, shared.wrap_router(router) if router else None, builders=builders),
@@ -84,6 +86,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
         app.cleanup_ctx.append(grpc_server_ctx)  # after the pool: stops before it closes
     add_routes(app)
     add_explain_routes(app)
+    add_chain_routes(app)
     return app
 
 

@@ -71,6 +71,9 @@ class Builders:
 
     hub: HubFactory = build_signal_hub
     wrap_router: RouterWrapper = _unwrapped
+    # Mixed into the routing seed: replicas sharing one config must not break ties in lockstep
+    # (they would herd onto the same backend). 0 keeps a lone gateway reproducible.
+    seed_salt: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -135,7 +138,8 @@ def build_state(
         router = previous.router
     if router is None:
         policy = config.routing
-        router = builders.wrap_router(build_router(policy.policy, policy.params, policy.seed))
+        seed = policy.seed ^ builders.seed_salt
+        router = builders.wrap_router(build_router(policy.policy, policy.params, seed))
     if previous is not None and old is not None and _same_fleet(old, config):
         hub, hub_registry = previous.fleet, previous.hub_registry
     else:

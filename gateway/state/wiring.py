@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import xxhash
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -44,8 +45,10 @@ class SharedState:
         sync: SharedStateSync,
         backends: Sequence[str],
         registry: CollectorRegistry | None = None,
+        shared_between_replicas: bool = False,
     ) -> None:
         self.sync = sync
+        self.shared_between_replicas = shared_between_replicas
         self.fleet = SharedFleetBridge(sync)
         self.feeder = RemotePrefixFeeder()
         self._feeder_task: asyncio.Task[None] | None = None
@@ -64,7 +67,14 @@ class SharedState:
             sync = SharedStateSync.from_config(config.state)
         except StateUnavailable as exc:
             raise ConfigError(exc.error.message) from None
-        return cls(sync, [b.name for b in config.backends], registry)
+        shared = config.state.backend != "memory"
+        return cls(sync, [b.name for b in config.backends], registry, shared)
+
+    def seed_salt(self) -> int:
+        """Per-replica salt for the routing seed; 0 when state is not shared (one replica)."""
+        if not self.shared_between_replicas:
+            return 0
+        return xxhash.xxh32_intdigest(self.sync.replica.encode())
 
     def wrap_router(self, router: PolicyRouter) -> PolicyRouter:
         """``router`` sharing the prefixes it learns and learning the other replicas'. Called
