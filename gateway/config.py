@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.chain.config import ChainConfig
 from gateway.placement import PlacementConfig
 from gateway.signals.hub import SignalsConfig
 from gateway.state.config import StateConfig
@@ -84,10 +85,12 @@ class CapacityConfig(_Strict):
 
     max_num_seqs: Annotated[int, Field(ge=1)] = 256
     prefill_tokens_per_s: Annotated[float, Field(gt=0)] = 10_000.0
-    itl_ms: Annotated[float, Field(gt=0)] = 20.0
+    itl_ms: Annotated[float, Field(gt=0)] = 20.0  # one engine step at a half-full batch
     first_token_overhead_ms: Annotated[float, Field(ge=0)] = 10.0
     cold_start_ms: Annotated[float, Field(ge=0)] = 0.0
     idle_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    # Token budget of one engine step (vLLM max_num_batched_tokens; chunked prefill).
+    max_num_batched_tokens: Annotated[int, Field(ge=1)] = 2048
 
 
 class BackendConfig(_Strict):
@@ -128,6 +131,7 @@ class BackendConfig(_Strict):
             first_token_overhead_ms=cap.first_token_overhead_ms,
             cold_start_ms=cap.cold_start_ms,
             idle_timeout_s=cap.idle_timeout_s,
+            max_num_batched_tokens=cap.max_num_batched_tokens,
         )
 
 
@@ -262,6 +266,7 @@ class GatewayConfig(_Strict):
     reload: ReloadConfig = ReloadConfig()
     signals: SignalsConfig = SignalsConfig()
     state: StateConfig = StateConfig()  # shared between replicas (gateway/state/README.md)
+    chain: ChainConfig = ChainConfig()  # gateways forwarding to gateways (gateway/chain)
     placement: PlacementConfig = PlacementConfig()
 
     @model_validator(mode="after")

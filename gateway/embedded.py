@@ -45,7 +45,9 @@ def _backend_entry(spec: EmulatedBackendConfig, url: str) -> dict[str, Any]:
         "capacity": {
             "max_num_seqs": engine.max_num_seqs,
             "prefill_tokens_per_s": engine.prefill_tokens_per_s,
-            "itl_ms": engine.decode_base_ms,
+            # Routing's ITL is one engine step at a half-full batch.
+            "itl_ms": engine.decode_base_ms + engine.decode_per_seq_ms * engine.max_num_seqs / 2,
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
             "first_token_overhead_ms": engine.first_token_overhead_ms,
             "cold_start_ms": engine.cold_start_ms,
             "idle_timeout_s": engine.idle_timeout_s,
