@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
+from gateway.chain.hop import LOOP_STATUS, ChainError, ChainErrorKind
 from gateway.errors import ApiError
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
@@ -189,6 +190,8 @@ async def _status_failure(
 ) -> AttemptFailure:
     body = await response.content.read(_MAX_ERROR_BODY)
     message = error_message(body)
+    if response.status == LOOP_STATUS:
+        raise ChainError(ChainErrorKind.LOOP, message).api_error()
     if response.status in _CLIENT_ERROR_STATUSES:
         raise ApiError(response.status, message, "invalid_request_error", "upstream_rejected")
     failure = AttemptFailure(

@@ -76,4 +76,5 @@ def build_signal_hub(
         region_rtt_ms={r.name: r.rtt_ms for r in config.regions if r.rtt_ms is not None},
         registry=registry,
         shared=shared,
+        chain=config.chain,
     )

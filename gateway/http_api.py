@@ -17,6 +17,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.chain.hop import HOP_HEADERS
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
 from gateway.relay import Relay
@@ -36,9 +37,10 @@ _CLIENT_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 def _forward_headers(request: web.Request, request_id: str) -> dict[str, str]:
     headers = {"X-Request-Id": request_id}
-    traceparent = request.headers.get("traceparent")
-    if traceparent:
-        headers["traceparent"] = traceparent
+    for name in HOP_HEADERS:  # gateway/chain/hop.py replaces them with this hop's
+        value = request.headers.get(name)
+        if value:
+            headers[name] = value
     return headers
 
 

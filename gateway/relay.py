@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from gateway.admission import Ticket
 from gateway.attempt import AttemptContext, AttemptFailure
+from gateway.chain import relay_hooks as chain
 from gateway.config import GatewayConfig
 from gateway.drain import DrainState, draining_error
 from gateway.errors import ApiError, no_backend, upstream_failed
@@ -105,6 +106,9 @@ class Relay:
         if self.drain.refusing:
             raise draining_error()
         state = self._state
+        hop, inbound, forward_headers = chain.enter(
+            state.fleet, state.config.chain.max_hops, inbound, forward_headers
+        )
         policy = state.policy(inbound.profile.latency_class)
         started = time.perf_counter()
         profile = self.place(inbound.profile)
@@ -112,6 +116,9 @@ class Relay:
         route_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.route_decision.observe(route_ms / 1000.0)
         if not decision.ranked:
+            reports = state.fleet.downstream_reports()
+            if (loop := chain.refusal(decision, hop, reports, inbound.model)) is not None:
+                raise loop
             reasons = "; ".join(f"{r.backend}: {r.reason}" for r in decision.rejected)
             raise no_backend(f"no backend can serve model '{inbound.model}' now ({reasons})", 1)
         state.budget.on_request()
@@ -151,6 +158,8 @@ class Relay:
         self.drain.opened(timer, opened)
         self._count_extra(walk)
         self._stamp(opened, walk, number, route_ms, decision.policy)
+        opened.hop = hop
+        chain.stamp(opened.entries, hop, opened.route.backend)
         return opened
 
     def _count_extra(self, walk: CandidateWalk) -> None:

@@ -18,6 +18,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import orjson
 
+from gateway.chain.hop_timing import (
+    TIMING_HEADER,
+    hops_from_header,
+    merge_summary,
+    take_timing_comment,
+)
 from gateway.errors import ApiError
 from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry
@@ -25,6 +31,7 @@ from routing.types import BackendSpec
 
 if TYPE_CHECKING:
     from gateway.admission import Ticket
+    from gateway.chain.hop import HopContext
     from gateway.relay_state import RelayState
 
 
@@ -125,6 +132,8 @@ class OpenedStream:
     state: RelayState | None = None  # the relay state the request started on
     ticket: Ticket | None = None  # admission slots, released by Relay.finish
     consumed: int = 0  # upstream body bytes taken out of aiohttp's reader
+    hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
+    downstream_hops: list[dict[str, Any]] = field(default_factory=list)  # next gateway's timing
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         if carries and not event.is_done:
@@ -137,10 +146,20 @@ class OpenedStream:
     async def all_events(self) -> AsyncIterator[SseEvent]:
         """Every event of the stream: those read with the first token, then the rest."""
         for event in self.first_events:
-            yield event
+            if not self._took_timing(event):
+                yield event
         if not self.saw_done:
             async for event in self.events():
-                yield event
+                if not self._took_timing(event):
+                    yield event
+
+    def _took_timing(self, event: SseEvent) -> bool:
+        """A downstream gateway's end-of-stream timing: merged by :meth:`summary`, not relayed."""
+        hops = take_timing_comment(event)
+        if hops is None:
+            return False
+        self.downstream_hops = hops
+        return True
 
     async def events(self) -> AsyncIterator[SseEvent]:
         """The events after the first token, as they arrive."""
@@ -217,7 +236,7 @@ class OpenedStream:
             if self.stats.first_token_at is not None
             else None
         )
-        return {
+        own = {
             "backend": self.route.backend,
             "region": self.route.region,
             "attempts": self.route.attempts,
@@ -228,6 +247,10 @@ class OpenedStream:
             "output_tokens": self.output_tokens(),
             "e2e_ms": _round((now - self.stats.started_at) * 1000.0),
         }
+        downstream = self.downstream_hops
+        if self.body is not None:  # non-streaming: the next gateway's summary is a header
+            downstream = hops_from_header(self.response.headers.get(TIMING_HEADER))
+        return merge_summary(own, self.hop, downstream)
 
     def close(self) -> None:
         """Drop the upstream connection unless the exchange completed cleanly."""

@@ -42,6 +42,8 @@ _BY_HTTP_STATUS: dict[int, grpc.StatusCode] = {
 }
 _BY_ERROR_CODE: dict[str, grpc.StatusCode] = {
     "model_not_found": grpc.StatusCode.NOT_FOUND,
+    "loop_detected": grpc.StatusCode.FAILED_PRECONDITION,  # gateway/chain: a routing cycle
+    "too_many_hops": grpc.StatusCode.FAILED_PRECONDITION,
     "no_backend_available": grpc.StatusCode.UNAVAILABLE,
     "rate_limit_exceeded": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
