@@ -121,7 +121,7 @@ async def test_both_doors_see_both_hops_in_order_and_the_parts_add_up(tmp_path: 
     print(f"client TTFT - sum of parts (ms): http {http_gaps} grpc {grpc_gaps}")
     for gaps in (http_gaps, grpc_gaps):
         assert min(gaps) > -0.5, "the hops cannot take longer than the client waited"
-        assert statistics.median(gaps) < 4.0, gaps
+        assert statistics.median(gaps) < 5.0, gaps  # client-to-A loopback + framing
     assert [h["gateway"] for h in whole["hops"]] == ["us-gw", "eu-gw"]  # non-streaming too
     for grpc_reply in grpc_replies:
         assert [d.split(" ")[0] for d in grpc_reply.hop_descs] == ["us-gw", "eu-gw"]
