@@ -19,26 +19,26 @@ from routing.predictor_rows import RowTerms
 
 
 def keep_warm_credit(
-    view: FleetView,
-    rows: Rows,
-    load: LoadColumns,
-    rt: RowTerms,
-    now: float,
-    margin_ms: float,
-    after: float,
+    view: FleetView, rows: Rows, load: LoadColumns, rt: RowTerms, now: float, margin_ms: float
 ) -> F64 | None:
     """Credit (ms, to subtract from the score) per eligible row; None when no row earns one.
 
-    A row earns it when it scales to zero, was last active ``after`` x its idle timeout ago
-    or more but not yet long enough to be possibly cold, and has none of our requests open.
-    ``rt`` must be synced to ``view`` (its idle bases are this decision's)."""
+    A row earns it when it scales to zero, was last active long enough ago to be due
+    (``PredictorParams.keep_warm_after`` x its idle timeout) but not yet long enough to be
+    possibly cold, and has none of our requests open. ``rt`` must be synced to ``view``."""
     if margin_ms <= 0.0 or not rt.scales:
         return None
-    idle = now - rt.idle_base[rows]  # +inf: never seen active; -inf: never scales to zero
-    warm = idle < rt.cold_after[rows]  # before P(cold) starts to rise
-    due = idle >= after * view.idle_timeout_s[rows]
-    earns = warm & due & (load.open[rows] < 1.0)
+    scaling = rt.scaling_rows
+    earns = (rt.keep_warm_due[scaling] <= now) & (rt.warm_until[scaling] > now)
     if not earns.any():
         return None
-    credit: F64 = np.where(earns, margin_ms, 0.0)
-    return credit
+    earning = scaling[earns]
+    earning = earning[load.open[earning] < 1.0]
+    if len(earning) == 0:
+        return None
+    full: F64 = np.zeros(len(view))
+    full[earning] = margin_ms
+    if len(rows) == len(full):
+        return full
+    credit: F64 = full[rows]
+    return credit if credit.any() else None

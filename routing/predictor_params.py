@@ -14,3 +14,5 @@ class PredictorParams:
     stale_after_s: float = 5.0  # a signal this old has its spread doubled
     cold_ramp: float = 0.1  # P(cold) ramps from (1-r) to (1+r) x idle timeout
     itl_batch_slope: float = 1.0  # ITL at a full batch = ITL x (1 + slope)
+    keep_warm_after: float = 0.5  # an idle serverless backend earns a keep-warm credit from
+    # this fraction of its idle timeout (see routing.keep_warm)

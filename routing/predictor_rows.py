@@ -53,6 +53,9 @@ class RowTerms:
         self.idle_base = empty  # last traffic or reservation (-inf: none; +inf: never cold)
         self.cold_after = empty  # idle time where P(cold) starts to rise
         self.cold_ramp = empty  # ...and the idle time it takes to reach 1
+        self.warm_until = empty  # idle_base + cold_after: when P(cold) starts to rise
+        self.keep_warm_due = empty  # when an idle backend earns a keep-warm credit
+        self.scaling_rows = np.zeros(0, dtype=np.intp)  # rows that scale to zero
         self.scales = False  # any backend that scales to zero
         self.min_room = 0.0
 
@@ -79,7 +82,7 @@ class RowTerms:
         size = len(view)
         for name in (
             "rtt", "queue", "decode", "base", "step_room", "itl", "idle_base", "cold_after",
-            "cold_ramp",
+            "cold_ramp", "warm_until", "keep_warm_due",
         ):  # fmt: skip
             setattr(self, name, np.zeros(size))
         # What configuration says per row, as plain lists: read once per row per change.
@@ -90,7 +93,8 @@ class RowTerms:
         self._home = [region == home for region in view.regions]
         # Every prompt up to this many tokens is prefilled in one step on every backend.
         self.min_room = float((view.step_budget - view.max_num_seqs).min()) if size else 0.0
-        self.scales = bool((view.serverless & np.isfinite(view.idle_timeout_s)).any())
+        self.scaling_rows = np.flatnonzero(view.serverless & np.isfinite(view.idle_timeout_s))
+        self.scales = len(self.scaling_rows) > 0
 
     def _row(self, view: FleetView, load: LoadColumns, learned: LearnedColumns, row: int) -> None:
         p = self.params
@@ -147,10 +151,11 @@ class RowTerms:
         return max(1.0 + self.params.itl_batch_slope * (batch / seqs - 0.5), 0.25)
 
     def _cold_inputs(self, view: FleetView, load: LoadColumns, row: int) -> None:
-        ramp = self.params.cold_ramp
+        p = self.params
+        ramp = p.cold_ramp
         timeout = view.idle_timeout_s.item(row)
         if not (view.serverless[row] and timeout < _INF):
-            self.idle_base[row], timeout = _INF, 1.0  # idle is -inf: P(cold) is 0
+            base, timeout = _INF, 1.0  # idle is -inf: P(cold) is 0
         else:
             # Our last traffic or reservation, or a scrape showing the engine running
             # sequences then, whoever's they were. Waiting alone is not activity: a waking
@@ -162,6 +167,10 @@ class RowTerms:
                 view.metrics_as_of.item(row) if busy else _NAN,
             )
             last = max((at for at in seen if at == at), default=_NAN)
-            self.idle_base[row] = -_INF if last != last else last
-        self.cold_after[row] = (1.0 - ramp) * timeout
+            base = -_INF if last != last else last
+        cold_after = (1.0 - ramp) * timeout
+        self.idle_base[row], self.cold_after[row] = base, cold_after
         self.cold_ramp[row] = 2.0 * ramp * timeout
+        # +inf (never cold) and -inf (never seen active) stay infinite: never earn the credit.
+        self.warm_until[row] = base + cold_after
+        self.keep_warm_due[row] = base + p.keep_warm_after * timeout

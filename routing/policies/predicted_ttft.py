@@ -112,6 +112,7 @@ class PredictedTTFTScorer:
             stale_after_s=params.stale_after_s,
             cold_ramp=params.cold_ramp,
             itl_batch_slope=params.itl_batch_slope,
+            keep_warm_after=params.keep_warm_after,
         )
         self.learned = LearnedColumns(
             self.learner, params.default_output_tokens, params.default_prompt_tokens
@@ -134,9 +135,8 @@ class PredictedTTFTScorer:
         basis = "predicted end-to-end (ms)" if long_form else "predicted TTFT (ms)"
         p = self.params
         credit = keep_warm_credit(
-            view, ctx.rows, ctx.load, self.row_terms, ctx.now, p.keep_warm_margin_ms,
-            p.keep_warm_after,
-        )  # fmt: skip
+            view, ctx.rows, ctx.load, self.row_terms, ctx.now, p.keep_warm_margin_ms
+        )
         if credit is None:
             return Scores(pred.score, basis, pred)
         return Scores(pred.score - credit, basis, pred, mode="keep-warm credit offered")

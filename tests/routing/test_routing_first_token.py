@@ -128,3 +128,15 @@ def test_no_keep_warm_credit_while_our_request_is_open_there() -> None:
     snapshot = fleet(state("d"), state("s", spec_kwargs=SLOWER, last_traffic_at=0.0))
     router.reserve("s", 0.0)  # a long request, still open: the backend is not idle
     assert _served_by(router, snapshot, 60.0, 100) == "d"
+
+
+def test_a_keep_warm_credit_earned_only_by_an_excluded_backend_changes_nothing() -> None:
+    router = build_router("predicted_ttft", {"margin_ms": 0, "margin_rel": 0}, 0)
+    snapshot = fleet(state("d"), state("e"), state("s", spec_kwargs=SLOWER, last_traffic_at=0.0))
+    decision = router.decide(profile(prompt_tokens=100, exclude=frozenset({"s"})), snapshot, 60.0)
+    chosen = decision.chosen
+    assert chosen is not None and chosen.backend in {"d", "e"}
+    assert "keep-warm" not in chosen.reason
+    decision = router.decide(profile(prompt_tokens=100, exclude=frozenset({"e"})), snapshot, 60.0)
+    chosen = decision.chosen
+    assert chosen is not None and chosen.backend == "s" and "keep-warm" in chosen.reason
