@@ -49,6 +49,7 @@ def backend_spec(
         kind=kind,
         models=frozenset({model}),
         max_num_seqs=p.max_num_seqs,
+        max_num_batched_tokens=p.max_num_batched_tokens,
         prefill_tokens_per_s=p.prefill_tokens_per_s,
         itl_ms=p.decode_base_ms + p.decode_per_seq_ms * p.max_num_seqs / 2,
         first_token_overhead_ms=p.first_token_overhead_ms,
