@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from routing.fleet_view import F64, FleetView
-from routing.learner import BackendEstimate, OnlineLearner
+from routing.learner import BackendEstimate, OnlineLearner, peer_key
 from routing.types import BackendSpec
 
 
@@ -36,18 +36,27 @@ class LearnedColumns:
         self.prefill_ms: F64 = empty
         self.ratio_p90: F64 = empty
         self.learned_at: F64 = empty  # NaN: nothing observed
+        self._peer_rows: dict[tuple[object, ...], list[int]] = {}  # peer_key -> view rows
 
     def sync(self, view: FleetView) -> Sequence[int] | None:
         """Bring the columns up to date; the rows rewritten, or None when all were."""
         rows: Sequence[int]
         fresh = self._view is not view
+        learner = self.learner
         if fresh:
             self._view = view
             self._allocate(len(view))
             rows = range(len(view))
+            self._peer_rows = {}
+            if learner.params.peer_weight > 0.0:
+                for row, spec in enumerate(view.specs):
+                    self._peer_rows.setdefault(peer_key(spec), []).append(row)
         else:
-            rows = [view.index[b] for b in self.learner.dirty if b in view.index]
-        self.learner.dirty.clear()
+            rows = [view.index[b] for b in learner.dirty if b in view.index]
+            for key in learner.dirty_peers:
+                rows.extend(self._peer_rows.get(key, ()))
+        learner.dirty.clear()
+        learner.dirty_peers.clear()
         for row in rows:
             self._fill(row, view.specs[row], self.learner.estimate(view.names[row]))
         return None if fresh else rows
@@ -80,6 +89,14 @@ class LearnedColumns:
             self.ratio_p90[row] = est.ratio_p90
             self.learned_at[row] = np.nan if est.last_at is None else est.last_at
             self.prefill_samples[row] = est.prefill_samples
+        peer = self.learner.peer(spec)
+        if peer is not None:
+            w = self.learner.params.peer_weight
+            rate = rate ** (1.0 - w) * (peer.prefill_rate or spec.prefill_tokens_per_s) ** w
+            self.queue_scale[row] = self.queue_scale.item(row) ** (1.0 - w) * peer.queue_scale**w
+            own_step = est.step_scale if est is not None else 1.0
+            self.step_itl_ms[row] = spec.itl_ms * own_step ** (1.0 - w) * peer.step_scale**w
+            self.bias_ms[row] = (1.0 - w) * self.bias_ms.item(row) + w * peer.bias_ms
         self.prefill_rate[row], self.itl_ms[row] = max(rate, 1e-6), itl
         self.prefill_ms[row], self.service_ms[row], self.cold_start_ms[row] = (
             prefill_ms,

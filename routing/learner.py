@@ -47,6 +47,10 @@ class LearnerParams:
     # A dominant prefill that took this many times longer than predicted is not a slower GPU
     # but an offset that moved (an RTT jump, a stalled hop): blamed on bias, not on the rate.
     offset_ratio: float = 4.0
+    # Weight of the estimate pooled over identically configured backends of a region. Each
+    # backend's own estimate is a noisy walk (ten-odd effective samples); between identical
+    # GPUs that noise alone makes some look faster for minutes and draws load to them.
+    peer_weight: float = 0.0
 
 
 class BackendEstimate:
@@ -89,6 +93,14 @@ class BackendEstimate:
         self.abs_rel_error: float | None = None  # EWMA of |actual / predicted - 1|
 
 
+def peer_key(spec: BackendSpec) -> tuple[object, ...]:
+    """Backends with equal keys are configured alike in one region: they pool corrections."""
+    return (
+        spec.region, spec.kind, spec.prefill_tokens_per_s, spec.itl_ms, spec.max_num_seqs,
+        spec.max_num_batched_tokens, spec.first_token_overhead_ms,
+    )  # fmt: skip
+
+
 def _ewma(current: float | None, sample: float, alpha: float) -> float:
     return sample if current is None else current + alpha * (sample - current)
 
@@ -112,7 +124,10 @@ class OnlineLearner:
     def __init__(self, params: LearnerParams | None = None) -> None:
         self.params = params or LearnerParams()
         self._estimates: dict[str, BackendEstimate] = {}
+        self._peers: dict[tuple[object, ...], BackendEstimate] = {}
+        self._members: dict[tuple[object, ...], set[str]] = {}
         self.dirty: set[str] = set()  # backends changed since the predictor last looked
+        self.dirty_peers: set[tuple[object, ...]] = set()  # ...and groups of backends (peer_key)
 
     def estimate(self, backend: str) -> BackendEstimate | None:
         return self._estimates.get(backend)
@@ -167,6 +182,28 @@ class OnlineLearner:
             self._calibrate(est, obs.ttft_ms / predicted)
         if terms:
             self._blame(est, obs, terms, spec)
+            if spec is not None and self.params.peer_weight > 0.0:
+                self._learn_peer(obs, terms, spec)
+
+    def peer(self, spec: BackendSpec) -> BackendEstimate | None:
+        """What backends configured like ``spec`` (same region) taught together, if any."""
+        return self._peers.get(peer_key(spec)) if self._peers else None
+
+    def _learn_peer(self, obs: Observation, terms: Mapping[str, float], spec: BackendSpec) -> None:
+        key = peer_key(spec)
+        peer = self._peers.get(key)
+        if peer is None:
+            peer = self._peers[key] = BackendEstimate()
+            self._members[key] = set()
+        members = self._members[key]
+        members.add(obs.backend)
+        self._blame(peer, obs, terms, spec)
+        peer.observations += 1
+        # Every backend of the group (observed or not) follows the pooled estimate in batches:
+        # one observation costs O(1) column rows amortised however large the group (the
+        # observed backend is refreshed anyway).
+        if peer.observations % max(1, len(members) // 4) == 0:
+            self.dirty_peers.add(key)
 
     def _calibrate(self, est: BackendEstimate, ratio: float) -> None:
         step = self.params.quantile_step

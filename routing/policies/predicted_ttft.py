@@ -46,6 +46,13 @@ class PredictedTTFTParams(CommonParams):
     itl_batch_slope: float = Field(default=1.0, ge=0)
     learning_rate: float = Field(default=0.1, gt=0, le=1)
     bias_learning_rate: float = Field(default=0.05, gt=0, le=1)
+    peer_weight: float = Field(
+        default=0.75,
+        ge=0,
+        le=1,
+        description="weight of the correction learned over identically configured backends of "
+        "a region (the rest: each backend's own)",
+    )
     keep_warm_margin_ms: float = Field(
         default=50.0,
         ge=0,
@@ -102,7 +109,11 @@ class PredictedTTFTScorer:
             max(params.prefix_max_entries_total, params.prefix_max_entries_per_backend),
         )
         self.learner = OnlineLearner(
-            LearnerParams(alpha=params.learning_rate, bias_alpha=params.bias_learning_rate)
+            LearnerParams(
+                alpha=params.learning_rate,
+                bias_alpha=params.bias_learning_rate,
+                peer_weight=params.peer_weight,
+            )
         )
         self.predictor_params = PredictorParams(
             same_region_rtt_ms=params.same_region_rtt_ms,
