@@ -40,7 +40,7 @@ from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
 from gateway.upstream import UpstreamPool
 from gateway.walk import CandidateWalk, walk_hedged, walk_in_turn
-from routing.types import Observation, PolicyRouter, RequestProfile
+from routing.types import FirstTokenObserver, Observation, PolicyRouter, RequestProfile
 
 log = logging.getLogger("meridian.relay")
 
@@ -187,11 +187,29 @@ class Relay:
         name = opened.route.backend
         if opened.upstream_ttfb_ms is not None:
             self.observed_ttft.record(name, opened.upstream_ttfb_ms)
+            if inbound.stream:  # a whole non-streaming body is not a time to first token
+                self._learn_first_token(opened, inbound)
         self.metrics.overhead.observe(gw_ms / 1000.0)
         self.metrics.ttft.labels(name).observe(ttft_ms / 1000.0)
         predicted = opened.route.predicted_ttft_ms
         if predicted:
             self.metrics.prediction_error.labels(name).observe((ttft_ms - predicted) / predicted)
+
+    def _learn_first_token(self, opened: OpenedStream, inbound: InboundRequest) -> None:
+        """Teach routing this TTFT now, not at the end of the stream: a backlog building up
+        on a backend shows seconds earlier."""
+        router = (opened.state or self._state).router
+        if not isinstance(router, FirstTokenObserver) or opened.upstream_ttfb_ms is None:
+            return
+        router.observe_first_token(
+            opened.route.backend,
+            time.monotonic(),
+            opened.upstream_ttfb_ms,
+            opened.predicted_terms_ms,
+            inbound.profile.prompt_tokens,
+            predicted_ttft_ms=opened.route.predicted_ttft_ms,
+        )
+        opened.first_token_observed = True
 
     def _final_error(self, walk: CandidateWalk, inbound: InboundRequest) -> ApiError:
         failures = walk.failures
@@ -250,13 +268,14 @@ class Relay:
                 prompt_tokens=inbound.profile.prompt_tokens,
                 cached_tokens=opened.cached_tokens(),
                 output_tokens=tokens,
-                ttft_ms=opened.upstream_ttfb_ms,
+                ttft_ms=opened.upstream_ttfb_ms if inbound.stream else None,
                 itl_ms=mean_itl,
                 predicted_ttft_ms=opened.route.predicted_ttft_ms,
                 predicted_terms_ms=opened.predicted_terms_ms,
                 prefix_hashes=inbound.profile.prefix_hashes,
                 tenant=inbound.tenant,
                 error_kind=None if failure is None else failure.value,
+                first_token_observed=opened.first_token_observed,
             )
         )
 

@@ -126,6 +126,7 @@ class OpenedStream:
     deadline: float | None = None  # perf_counter() time by which the whole request must end
     usage: dict[str, Any] | None = None
     upstream_ttfb_ms: float | None = None  # request sent -> first token: the backend's share
+    first_token_observed: bool = False  # routing already learned this request's TTFT
     predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
     saw_done: bool = False
     finished: bool = False

@@ -30,7 +30,7 @@ ENGINE = {
     "max_num_seqs": 4096,
     "max_num_batched_tokens": 10_000_000,
     "prefill_tokens_per_s": 1e12,
-    "decode_base_ms": 10,
+    "decode_base_ms": 5,
     "decode_per_seq_ms": 0,
     "first_token_overhead_ms": 20,
 }
@@ -66,7 +66,7 @@ def _workload(concurrency: int, requests: int) -> dict[str, object]:
         "arrival": {"mode": "closed", "concurrency": concurrency},
         "limits": {"requests": requests},
         "request_timeout_s": 120,
-        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": 32}],
+        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": 16}],
     }
 
 
@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--concurrency", type=int, action="append", help="repeatable; default 1, 64"
     )
-    parser.add_argument("--requests", type=int, default=400, help="requests per side per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=200, help="requests per side per round")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop

@@ -23,7 +23,14 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, cast
 
 from gateway.state.sync import SharedStateSync
-from routing.types import Decision, FleetSnapshot, Observation, PolicyRouter, RequestProfile
+from routing.types import (
+    Decision,
+    FirstTokenObserver,
+    FleetSnapshot,
+    Observation,
+    PolicyRouter,
+    RequestProfile,
+)
 
 _BLOCKS_PER_TURN = 2000  # ~2 ms of index work between yields to requests
 _MAX_QUEUED_BLOCKS = 200_000  # beyond this the oldest arrivals are dropped (they age first)
@@ -60,6 +67,32 @@ class SharedPrefixRouter:
 
     def release(self, backend: str) -> None:
         self.inner.release(backend)
+
+    def observe_first_token(
+        self,
+        backend: str,
+        at: float,
+        ttft_ms: float,
+        predicted_terms_ms: Mapping[str, float],
+        prompt_tokens: int = 0,
+        cached_tokens: int | None = None,
+        *,
+        predicted_ttft_ms: float | None = None,
+        queue_wait_ms: float | None = None,
+        cold_start: bool | None = None,
+    ) -> None:
+        if isinstance(self.inner, FirstTokenObserver):
+            self.inner.observe_first_token(
+                backend,
+                at,
+                ttft_ms,
+                predicted_terms_ms,
+                prompt_tokens,
+                cached_tokens,
+                predicted_ttft_ms=predicted_ttft_ms,
+                queue_wait_ms=queue_wait_ms,
+                cold_start=cold_start,
+            )
 
     def observe(self, observation: Observation) -> None:
         self.inner.observe(observation)
