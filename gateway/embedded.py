@@ -33,7 +33,7 @@ LOCATIONS = {
 }
 
 
-def _backend_entry(spec: EmulatedBackendConfig, url: str) -> dict[str, Any]:
+def backend_entry(spec: EmulatedBackendConfig, url: str) -> dict[str, Any]:
     engine = spec.engine
     return {
         "name": spec.name,
@@ -55,7 +55,7 @@ def _backend_entry(spec: EmulatedBackendConfig, url: str) -> dict[str, Any]:
     }
 
 
-def _region_entries(fleet: FleetFile) -> list[dict[str, Any]]:
+def region_entries(fleet: FleetFile) -> list[dict[str, Any]]:
     entries = []
     for name in fleet.regions:
         entry: dict[str, Any] = {"name": name, "rtt_ms": fleet.rtt(GATEWAY_REGION, name)}
@@ -85,8 +85,8 @@ async def start_embedded_fleet(host: str = "127.0.0.1") -> AsyncIterator[Gateway
                 spec.rtt_ms,
                 running.url,
             )
-            backends.append(_backend_entry(spec, running.url))
+            backends.append(backend_entry(spec, running.url))
         yield parse_config(
-            {"region": GATEWAY_REGION, "regions": _region_entries(fleet), "backends": backends},
+            {"region": GATEWAY_REGION, "regions": region_entries(fleet), "backends": backends},
             "<embedded default>",
         )
