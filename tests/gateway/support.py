@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.app import RunningGateway
 from gateway.config import GatewayConfig, parse_config
 from loadtests.emulator.config import EngineParams
-from loadtests.emulator.server import RunningEmulator
+from tests.servers import EmulatorFactory as EmulatorFactory  # re-exported for annotations
+from tests.servers import GatewayFactory as GatewayFactory
 
 MODEL = "test-model"
 FAST_ENGINE = EngineParams(
@@ -18,9 +17,6 @@ FAST_ENGINE = EngineParams(
     prefill_tokens_per_s=1_000_000.0,
     default_output_tokens=8,
 )
-
-EmulatorFactory = Callable[..., Awaitable[RunningEmulator]]
-GatewayFactory = Callable[..., Awaitable[RunningGateway]]
 
 
 def config_for(urls: dict[str, str], **overrides: Any) -> GatewayConfig:

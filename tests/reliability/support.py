@@ -8,7 +8,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,10 +17,10 @@ import aiohttp
 import orjson
 import yaml
 
-from gateway.app import RunningGateway
 from gateway.config import GatewayConfig, parse_config
 from loadtests.emulator.config import EngineParams
-from loadtests.emulator.server import RunningEmulator
+from tests.servers import EmulatorFactory as EmulatorFactory  # re-exported for annotations
+from tests.servers import GatewayFactory as GatewayFactory
 
 MODEL = "rel-model"
 FAST_ENGINE = EngineParams(
@@ -32,9 +32,6 @@ FAST_ENGINE = EngineParams(
 )
 # Fallback order must be predictable: round-robin's first turn goes to the first name.
 ROUND_ROBIN = {"policy": "round_robin"}
-
-EmulatorFactory = Callable[..., Awaitable[RunningEmulator]]
-GatewayFactory = Callable[..., Awaitable[RunningGateway]]
 
 
 def chat(stream: bool = True, **extra: Any) -> dict[str, Any]:
