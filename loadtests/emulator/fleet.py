@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams, FaultConfig
+from loadtests.validation import problems
 from routing.types import BackendKind
 
 
@@ -140,31 +141,6 @@ class FleetError:
         return self.message
 
 
-def _key_path(loc: tuple[int | str, ...], raw: Any) -> str:
-    parts: list[str] = []
-    node = raw
-    for item in loc:
-        if isinstance(item, int):
-            name = node[item].get("name") if _indexable(node, item) else None
-            parts.append(f"[{item}]" + (f" ({name})" if isinstance(name, str) else ""))
-        else:
-            parts.append(f".{item}" if parts else str(item))
-        node = _child(node, item)
-    return "".join(parts) or "(top level)"
-
-
-def _indexable(node: Any, index: int) -> bool:
-    return isinstance(node, list) and index < len(node) and isinstance(node[index], Mapping)
-
-
-def _child(node: Any, key: int | str) -> Any:
-    if isinstance(node, list) and isinstance(key, int) and key < len(node):
-        return node[key]
-    if isinstance(node, Mapping):
-        return node.get(key)
-    return None
-
-
 def load_fleet(path: str | Path) -> FleetFile | FleetError:
     try:
         raw = yaml.safe_load(Path(path).read_text())
@@ -173,9 +149,4 @@ def load_fleet(path: str | Path) -> FleetFile | FleetError:
     try:
         return FleetFile.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            where = _key_path(tuple(error["loc"]), raw)
-            message = str(error["msg"]).removeprefix("Value error, ")
-            problems.append(f"{path}: {where}: {message}")
-        return FleetError("invalid", "\n".join(problems))
+        return FleetError("invalid", problems(exc, str(path), raw))

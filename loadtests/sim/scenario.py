@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loadtests.emulator.config import EngineParams
+from loadtests.validation import problems
 from routing.types import BackendKind, LatencyClass
 
 
@@ -233,37 +234,12 @@ class ScenarioError:
         return self.message
 
 
-def _key_path(loc: tuple[int | str, ...], raw: Any) -> str:
-    parts: list[str] = []
-    node = raw
-    for item in loc:
-        if isinstance(item, int):
-            name = None
-            if isinstance(node, list) and item < len(node) and isinstance(node[item], Mapping):
-                name = node[item].get("name")
-            parts.append(f"[{item}]" + (f" ({name})" if isinstance(name, str) else ""))
-            node = node[item] if isinstance(node, list) and item < len(node) else None
-        else:
-            parts.append(f".{item}" if parts else str(item))
-            node = node.get(item) if isinstance(node, Mapping) else None
-    return "".join(parts) or "(top level)"
-
-
 def parse_scenario(raw: Any, source: str) -> Scenario | ScenarioError:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            # Union members add their tag to the location; the operator wrote neither.
-            loc = tuple(
-                p for p in error["loc"] if p not in ("poisson", "bursts", "extra_load", "slowdown")
-            )
-            where = _key_path(loc, raw)
-            message = str(error["msg"]).removeprefix("Value error, ")
-            # Whole-file checks already name their key at the start of the message.
-            problems.append(f"{source}: {message}" if not loc else f"{source}: {where}: {message}")
-        return ScenarioError("invalid", "\n".join(problems))
+        tags = ("poisson", "bursts", "extra_load", "slowdown")
+        return ScenarioError("invalid", problems(exc, source, raw, tags))
 
 
 def load_scenario(path: str | Path) -> Scenario | ScenarioError:
