@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from gateway.config import BackendConfig, GatewayConfig
 from gateway.signals.geo import ClientGeo, RegionLocation
-from gateway.signals.hub import SharedFleet, SignalHub, SignalsConfig
+from gateway.signals.hub import SignalHub, SignalsConfig
 from gateway.signals.outlier import FailureKind, HealthView
+from gateway.signals.shared_fleet import SharedFleet
 from gateway.signals.targets import BackendTarget, Engine
 from routing.types import FleetSnapshot
 

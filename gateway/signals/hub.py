@@ -19,7 +19,6 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.chain.config import ChainConfig
 from gateway.chain.poller import SummaryPoller
 from gateway.chain.report import DownstreamReport
-from gateway.signals.engine_metrics import EngineMetricsConfig, EngineMetricsScraper
+from gateway.signals.engine_metrics import EngineMetricsConfig
 from gateway.signals.engine_signals import EngineSignals
-from gateway.signals.errors import SignalError, SignalErrorKind
+from gateway.signals.errors import SignalError
 from gateway.signals.geo import ClientGeo, GeoConfig, GeoLocator
 from gateway.signals.metrics import SignalMetrics
 from gateway.signals.outlier import (
@@ -41,6 +40,7 @@ from gateway.signals.outlier import (
     OutlierEventKind,
 )
 from gateway.signals.probes import ProbeConfig, ProbeObserver, Prober, ProbeSummary
+from gateway.signals.shared_fleet import LeaderScraper, SharedFleet
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
 from routing.types import BackendState, FleetSnapshot
@@ -59,54 +59,6 @@ class SignalsConfig(BaseModel):
     outlier: OutlierConfig = OutlierConfig()
     snapshot_min_interval_ms: float = Field(default=5.0, ge=0)
     tick_interval_s: float = Field(default=1.0, gt=0)
-
-
-class SharedFleet(Protocol):
-    """What replicas share about the fleet. Synchronous and local: only the shared layer's
-    background tasks talk to the store."""
-
-    def leads(self, backend: str) -> bool:
-        """Whether this replica probes and scrapes ``backend`` (holds its lease)."""
-        ...
-
-    def note_in_flight(self, backend: str, delta: int) -> None: ...
-
-    def version(self) -> int:
-        """Grows whenever another replica's counts or measurements changed here."""
-        ...
-
-    def publish(self, measured: BackendState, probe: ProbeSummary | None, now: float) -> None:
-        """This replica's own measurement of one backend (monotonic times)."""
-        ...
-
-    def merge(self, local: BackendState, now: float) -> BackendState:
-        """``local`` with the other replicas' in-flight counts added and any newer shared
-        measurement in place of the local one."""
-        ...
-
-    def remote_active_health(
-        self, backend: str, local_probe_at: float | None, now: float
-    ) -> bool | None:
-        """Another replica's active-probe verdict, if newer than ours (None otherwise)."""
-        ...
-
-
-_NOT_LEADING = SignalError(
-    SignalErrorKind.PROTOCOL, "not scraped here: another replica holds this backend's lease"
-)
-
-
-class _LeaderScraper(EngineMetricsScraper):
-    """Scrapes only the backends ``leads`` says this replica measures."""
-
-    def __init__(self, *args: object, leads: Callable[[str], bool], **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._leads = leads
-
-    async def scrape_once(self, target: BackendTarget) -> EngineSignals | SignalError:
-        if self._leads(target.name):
-            return await super().scrape_once(target)
-        return self.latest(target.name) or _NOT_LEADING
 
 
 class SignalHub(ProbeObserver):
@@ -148,7 +100,7 @@ class SignalHub(ProbeObserver):
             observer=self,
             should_probe=shared.leads if shared is not None else _always,
         )
-        self.scraper = _LeaderScraper(
+        self.scraper = LeaderScraper(
             targets,
             config.engine_metrics,
             clock=clock,

@@ -1,4 +1,4 @@
-"""The SignalHub's side of shared state (``gateway.signals.hub.SharedFleet``).
+"""The SignalHub's side of shared state (``gateway.signals.shared_fleet.SharedFleet``).
 
 The hub keeps monotonic time, the store keeps wall time (it crosses processes and hosts), so
 every measurement is converted at this edge: ``wall_at -> now - (wall_now - wall_at)``.
