@@ -98,6 +98,9 @@ async def make_store(make_config: ConfigFactory) -> AsyncIterator[StoreFactory]:
     shared_memory: dict[str, MemoryStore] = {}
 
     async def make(**overrides: Any) -> StateStore:
+        # Semantics, not latency, are under test here: a cluster client's first call also
+        # loads the slot map, which can take longer than 0.2 s on two busy cores.
+        overrides.setdefault("timeouts", {"op_s": 1.0})
         config = make_config(**overrides)
         if config.backend == "memory":
             key = repr(sorted(overrides.items()))
