@@ -54,22 +54,18 @@ def _response_headers(request_id: str, opened: OpenedStream) -> dict[str, str]:
 
 async def _read_body(request: web.Request) -> bytes:
     limit = request.app[RELAY].config.limits.max_body_bytes
+    too_large = ApiError(
+        413,
+        f"request body is larger than the {limit}-byte limit",
+        "invalid_request_error",
+        "request_too_large",
+    )
     if request.content_length is not None and request.content_length > limit:
-        raise ApiError(
-            413,
-            f"request body is larger than the {limit}-byte limit",
-            "invalid_request_error",
-            "request_too_large",
-        )
+        raise too_large
     try:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise ApiError(
-            413,
-            f"request body is larger than the {limit}-byte limit",
-            "invalid_request_error",
-            "request_too_large",
-        ) from None
+        raise too_large from None
 
 
 async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
