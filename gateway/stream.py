@@ -26,8 +26,12 @@ from gateway.chain.hop_timing import (
 )
 from gateway.errors import ApiError
 from gateway.sse import SseEvent, SseSplitter
-from gateway.timing import StreamStats, TimingEntry
+from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from routing.types import BackendSpec
+
+# A backend's own end-of-stream phases (the emulator sends them; vLLM-style engines cannot put
+# them in headers, which go out before the first token).
+_BACKEND_TIMING_COMMENT = b": server-timing "
 
 if TYPE_CHECKING:
     from gateway.admission import Ticket
@@ -135,6 +139,7 @@ class OpenedStream:
     consumed: int = 0  # upstream body bytes taken out of aiohttp's reader
     hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
     downstream_hops: list[dict[str, Any]] = field(default_factory=list)  # next gateway's timing
+    backend_timing: list[TimingEntry] = field(default_factory=list)  # the backend's own phases
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         if carries and not event.is_done:
@@ -155,7 +160,13 @@ class OpenedStream:
                     yield event
 
     def _took_timing(self, event: SseEvent) -> bool:
-        """A downstream gateway's end-of-stream timing: merged by :meth:`summary`, not relayed."""
+        """End-of-stream timing from upstream — a downstream gateway's summary, or a backend's
+        trailing ``: server-timing`` comment (its queue, prefill, decode) — is merged by
+        :meth:`summary`, not relayed."""
+        if event.data is None and event.raw.startswith(_BACKEND_TIMING_COMMENT):
+            text = event.raw[len(_BACKEND_TIMING_COMMENT) :].decode(errors="replace").strip()
+            self.backend_timing = parse(text)
+            return True
         hops = take_timing_comment(event)
         if hops is None:
             return False
@@ -248,6 +259,12 @@ class OpenedStream:
             "output_tokens": self.output_tokens(),
             "e2e_ms": _round((now - self.stats.started_at) * 1000.0),
         }
+        if self.backend_timing:  # what the backend says its time went to, labelled as its hop
+            own["upstream_timing"] = {
+                entry.name: entry.dur_ms
+                for entry in label_hop(self.backend_timing, self.route.backend)
+                if entry.dur_ms is not None
+            }
         downstream = self.downstream_hops
         if self.body is not None:  # non-streaming: the next gateway's summary is a header
             downstream = hops_from_header(self.response.headers.get(TIMING_HEADER))

@@ -47,6 +47,12 @@ async def test_stream_headers_and_final_timing_comment(emulator, gateway) -> Non
     for key in ("ttft_ms", "itl_p50_ms", "itl_p99_ms", "itl_max_ms", "e2e_ms"):
         assert summary[key] is not None and summary[key] >= 0
     assert summary["e2e_ms"] >= summary["ttft_ms"]
+    # The backend's own phases (the emulator's trailing ": server-timing" comment) are folded
+    # into the summary under its name, not relayed as a second comment.
+    assert {"b1.engine_queue", "b1.engine_prefill", "b1.engine_decode"} <= set(
+        summary["upstream_timing"]
+    )
+    assert not any(e.startswith(": server-timing") for e in events)
     data_events = [e for e in events if e.startswith("data: {")]
     assert len(data_events) >= 6
 
