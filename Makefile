@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup lint typecheck unit bench clean
+.PHONY: run test setup lint typecheck coverage unit bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ run: $(STAMP)
 	$(BIN)/meridian serve
 
 ## Install everything the tests need, then lint, type-check and run the whole suite.
-test: setup lint typecheck unit
+test: setup lint typecheck coverage unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -28,6 +28,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+## routing/ is pure decision logic: every branch of it is exercised by its own tests.
+coverage: $(STAMP)
+	$(BIN)/pytest -q tests/routing --cov=routing --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
 
 unit: $(STAMP)
 	$(BIN)/pytest
