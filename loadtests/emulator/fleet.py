@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from loadtests import rtt_matrix
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams, FaultConfig
 from loadtests.validation import problems
 from routing.types import BackendKind
@@ -77,16 +78,7 @@ class FleetFile(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> FleetFile:
         known = set(self.regions)
-        for a, row in self.rtt_ms.items():
-            for b, value in row.items():
-                if a not in known or b not in known:
-                    raise ValueError(f"rtt_ms.{a}.{b}: unknown region (regions: {sorted(known)})")
-                if value < 0:
-                    raise ValueError(f"rtt_ms.{a}.{b}: must be >= 0, got {value}")
-        for a in known:
-            for b in known - {a}:
-                if self._lookup(a, b) is None:
-                    raise ValueError(f"rtt_ms: no round trip between {a} and {b}")
+        rtt_matrix.check(self.rtt_ms, known)
         for key, population in self.clients.items():
             if population.region not in known:
                 raise ValueError(f"clients.{key}.region: unknown region {population.region!r}")
@@ -99,13 +91,9 @@ class FleetFile(_Strict):
             names.add(backend.name)
         return self
 
-    def _lookup(self, a: str, b: str) -> float | None:
-        forward = self.rtt_ms.get(a, {}).get(b)
-        return forward if forward is not None else self.rtt_ms.get(b, {}).get(a)
-
     def rtt(self, a: str, b: str) -> float:
         """Round trip in ms between two regions (symmetric)."""
-        value = self._lookup(a, b)
+        value = rtt_matrix.lookup(self.rtt_ms, a, b)
         if value is None:
             return self.intra_region_rtt_ms if a == b else 0.0
         return value

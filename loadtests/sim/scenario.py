@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from loadtests import rtt_matrix
 from loadtests.emulator.config import EngineParams
 from loadtests.validation import problems
 from routing.types import BackendKind, LatencyClass
@@ -170,16 +171,7 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         known = set(self.regions)
-        for a, row in self.rtt_ms.items():
-            for b, value in row.items():
-                if a not in known or b not in known:
-                    raise ValueError(f"rtt_ms.{a}.{b}: unknown region (regions: {sorted(known)})")
-                if value < 0:
-                    raise ValueError(f"rtt_ms.{a}.{b}: must be >= 0, got {value}")
-        for a in known:
-            for b in known - {a}:
-                if self._lookup(a, b) is None:
-                    raise ValueError(f"rtt_ms: no round trip between {a} and {b}")
+        rtt_matrix.check(self.rtt_ms, known)
         self._check_regions(known)
         names = [group.name for group in self.backends]
         if len(set(names)) != len(names):
@@ -207,15 +199,11 @@ class Scenario(_Strict):
             if event.region not in known:
                 raise ValueError(f"events[{i}].region: unknown region {event.region!r}")
 
-    def _lookup(self, a: str, b: str) -> float | None:
-        forward = self.rtt_ms.get(a, {}).get(b)
-        return forward if forward is not None else self.rtt_ms.get(b, {}).get(a)
-
     def rtt(self, a: str, b: str) -> float:
         """Round trip in ms between two regions (symmetric)."""
         if a == b:
             return self.intra_region_rtt_ms
-        value = self._lookup(a, b)
+        value = rtt_matrix.lookup(self.rtt_ms, a, b)
         return 0.0 if value is None else value
 
     def gateway_counts(self) -> dict[str, int]:
