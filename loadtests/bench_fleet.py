@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import load_workload, with_overrides
 from loadtests.emulator.fleet import FleetError, load_fleet
 from loadtests.processes import gateway
+from loadtests.results_file import write_results
 
 ROOT = Path(__file__).resolve().parent
 FLEET = ROOT / "fleets" / "three-region.yaml"
@@ -133,16 +133,12 @@ def main(argv: list[str] | None = None) -> int:
 
     reports = uvloop.run(measure(rates, args.duration))
     print(format_table(rates, reports))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"fleet-{time.strftime('%Y%m%d-%H%M%S')}.json"
     payload = {
         "benchmark": "three_region_fleet",
         "rates": rates,
         "reports": [r.to_dict() for r in reports],
     }
-    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
-    print(f"wrote {path}")
+    write_results(args.out, "fleet", payload)
     return 0
 
 

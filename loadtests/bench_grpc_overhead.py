@@ -18,7 +18,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,7 +26,9 @@ import orjson
 
 from gateway.grpc.client import inference_stub
 from gateway.sse import SseSplitter
+from loadtests.bench.stats import percentile
 from loadtests.processes import emulated_backend, gateway
+from loadtests.results_file import fmt, write_results
 from proto.meridian.v1 import inference_pb2 as pb
 
 MODEL = "grpc-overhead-model"
@@ -54,16 +55,11 @@ class Side:
     ttft_p99_ms: float | None
 
 
-def _nearest_rank(ordered: list[float], pct: float) -> float:
-    rank = max(1, -(-len(ordered) * pct // 100))
-    return ordered[int(rank) - 1]
-
-
 def _side(ttfts: list[float], errors: int) -> Side:
-    ordered = sorted(t * 1000.0 for t in ttfts)
-    if not ordered:
-        return Side(0, errors, None, None)
-    return Side(len(ordered), errors, _nearest_rank(ordered, 50), _nearest_rank(ordered, 99))
+    """Percentiles by the load generator's one method (loadtests.bench.stats), so this table
+    reads like the HTTP overhead benchmark's."""
+    ms = [t * 1000.0 for t in ttfts]
+    return Side(len(ms), errors, percentile(ms, 50), percentile(ms, 99))
 
 
 def _chat_body() -> bytes:
@@ -193,10 +189,6 @@ async def measure(
     return levels
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def _added(level: dict[str, Side], side: str, field: str) -> float | None:
     base, other = getattr(level["direct_http"], field), getattr(level[side], field)
     return None if base is None or other is None else other - base
@@ -215,9 +207,9 @@ def format_table(levels: dict[int, dict[str, Side]]) -> str:
             ratio = None if not base or s.ttft_p50_ms is None else s.ttft_p50_ms / base
             lines.append(
                 f"{concurrency:>5} {side:>13} {s.requests:>6} {s.errors:>4} "
-                f"{_fmt(s.ttft_p50_ms):>9} {_fmt(s.ttft_p99_ms):>9} "
-                f"{_fmt(_added(level, side, 'ttft_p50_ms')):>7} "
-                f"{_fmt(_added(level, side, 'ttft_p99_ms')):>7} {_fmt(ratio, 3):>9}"
+                f"{fmt(s.ttft_p50_ms):>9} {fmt(s.ttft_p99_ms):>9} "
+                f"{fmt(_added(level, side, 'ttft_p50_ms')):>7} "
+                f"{fmt(_added(level, side, 'ttft_p99_ms')):>7} {fmt(ratio, 3):>9}"
             )
     lines.append("(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50)")
     return "\n".join(lines)
@@ -238,9 +230,6 @@ def main(argv: list[str] | None = None) -> int:
 
     levels = uvloop.run(measure(args.concurrency or [1, 16], args.requests, args.rounds))
     print(format_table(levels))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"grpc-overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
     payload = {
         "benchmark": "grpc_overhead",
         "engine": ENGINE,
@@ -261,8 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             for concurrency, level in levels.items()
         ],
     }
-    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
-    print(f"wrote {path}")
+    write_results(args.out, "grpc-overhead", payload)
     return 0
 
 

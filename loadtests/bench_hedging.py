@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,6 +27,7 @@ from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
 from loadtests.processes import emulated_backend, gateway
+from loadtests.results_file import fmt, write_results
 
 MODEL = "hedging-model"
 ENGINE = {
@@ -142,10 +141,6 @@ async def measure(
     return plain, hedged
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def format_table(pairs: list[tuple[Side, Side]]) -> str:
     lines = [
         f"{'policy':>15} {'hedging':>7} {'reqs':>5} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
@@ -154,11 +149,11 @@ def format_table(pairs: list[tuple[Side, Side]]) -> str:
     ]
     for plain, hedged in pairs:
         for side in (plain, hedged):
-            ratio = _fmt(_ratio(plain, hedged), 2) + "x" if side.hedging else ""
+            ratio = fmt(_ratio(plain, hedged), 2) + "x" if side.hedging else ""
             lines.append(
                 f"{side.policy:>15} {'on' if side.hedging else 'off':>7} {side.requests:>5} "
-                f"{side.errors:>4} {_fmt(side.ttft_p50_ms):>9} {_fmt(side.ttft_p99_ms):>9} "
-                f"{side.upstream_requests:>8} {_fmt(side.extra_pct):>7} "
+                f"{side.errors:>4} {fmt(side.ttft_p50_ms, 1):>9} {fmt(side.ttft_p99_ms, 1):>9} "
+                f"{side.upstream_requests:>8} {fmt(side.extra_pct, 1):>7} "
                 f"{side.upstream_cancelled:>9} {ratio:>10}"
             )
     lines.append("goal: p99 TTFT off/on >= 5x with <= 10% extra upstream requests")
@@ -190,9 +185,6 @@ def main(argv: list[str] | None = None) -> int:
         for policy in args.policy or ["round_robin"]
     ]
     print(format_table(pairs))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"hedging-{time.strftime('%Y%m%d-%H%M%S')}.json"
     payload = {
         "benchmark": "hedging",
         "engine": ENGINE,
@@ -208,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             for plain, hedged in pairs
         ],
     }
-    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
-    print(f"wrote {path}")
+    write_results(args.out, "hedging", payload)
     return 0
 
 

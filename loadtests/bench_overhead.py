@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
-
-import orjson
 
 from loadtests.bench.records import BenchResult, RequestRecord
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
 from loadtests.processes import emulated_backend, gateway
+from loadtests.results_file import fmt, write_results
 
 MODEL = "overhead-model"
 ENGINE = {
@@ -118,10 +115,6 @@ async def measure(concurrencies: list[int], requests: int, rounds: int) -> list[
     return levels
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def format_table(levels: list[Level]) -> str:
     header = (
         f"{'conc':>5} {'side':>8} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
@@ -132,14 +125,14 @@ def format_table(levels: list[Level]) -> str:
         for label, side in (("direct", level.direct), ("gateway", level.gateway)):
             lines.append(
                 f"{level.concurrency:>5} {label:>8} {side.requests:>6} {side.errors:>4} "
-                f"{_fmt(side.ttft_p50_ms):>9} {_fmt(side.ttft_p99_ms):>9} "
-                f"{_fmt(side.itl_p50_ms):>8} {_fmt(side.itl_p99_ms):>8} {side.request_per_s:>8.1f}"
+                f"{fmt(side.ttft_p50_ms):>9} {fmt(side.ttft_p99_ms):>9} "
+                f"{fmt(side.itl_p50_ms):>8} {fmt(side.itl_p99_ms):>8} {side.request_per_s:>8.1f}"
             )
         lines.append(
             f"{level.concurrency:>5} {'added':>8} {'':>6} {'':>4} "
-            f"{_fmt(level.added('ttft_p50_ms')):>9} {_fmt(level.added('ttft_p99_ms')):>9} "
-            f"{_fmt(level.added('itl_p50_ms')):>8} {_fmt(level.added('itl_p99_ms')):>8} "
-            f"{_fmt(level.gateway.request_per_s / level.direct.request_per_s, 3):>8}x"
+            f"{fmt(level.added('ttft_p50_ms')):>9} {fmt(level.added('ttft_p99_ms')):>9} "
+            f"{fmt(level.added('itl_p50_ms')):>8} {fmt(level.added('itl_p99_ms')):>8} "
+            f"{fmt(level.gateway.request_per_s / level.direct.request_per_s, 3):>8}x"
         )
     lines.append("(all times ms; 'added' = gateway - direct; last column = gateway/direct req/s)")
     return "\n".join(lines)
@@ -158,9 +151,6 @@ def main(argv: list[str] | None = None) -> int:
 
     levels = uvloop.run(measure(args.concurrency or [1, 64], args.requests, args.rounds))
     print(format_table(levels))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
     payload = {
         "benchmark": "gateway_overhead",
         "engine": ENGINE,
@@ -175,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             for level in levels
         ],
     }
-    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
-    print(f"wrote {path}")
+    write_results(args.out, "overhead", payload)
     return 0
 
 

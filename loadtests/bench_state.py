@@ -27,13 +27,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from gateway.timing import parse
 from loadtests.bench.records import BenchResult
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
 from loadtests.processes import emulated_backend, gateway
+from loadtests.results_file import write_results
 
 MODEL = "state-model"
 ENGINE = {
@@ -208,9 +207,6 @@ def main(argv: list[str] | None = None) -> int:
 
     sides = uvloop.run(measure(args.concurrency, args.requests, args.rounds))
     print(format_table(sides))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"state-{time.strftime('%Y%m%d-%H%M%S')}.json"
     payload = {
         "benchmark": "state_store_overhead",
         "concurrency": args.concurrency,
@@ -219,8 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine": ENGINE,
         "sides": {name: asdict(side) for name, side in sides.items()},
     }
-    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
-    print(f"wrote {path}")
+    write_results(args.out, "state", payload)
     return 0
 
 
