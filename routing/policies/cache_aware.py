@@ -11,8 +11,6 @@ with the smallest tree (most free cache) wins.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 from pydantic import Field
 
@@ -20,9 +18,9 @@ from routing.pipeline.pickers import BestPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.params import CommonParams, assemble
-from routing.policies.predicted_ttft import cached_by_row, record
+from routing.policies.predicted_ttft import cached_by_row
+from routing.policies.prefix_memory import RemembersChosenPrefix
 from routing.prefix_index import PrefixIndex
-from routing.types import Observation
 
 
 class CacheAwareParams(CommonParams):
@@ -34,7 +32,7 @@ class CacheAwareParams(CommonParams):
     max_tree_entries_per_backend: int = Field(default=200_000, gt=0)
 
 
-class CacheAwareScorer:
+class CacheAwareScorer(RemembersChosenPrefix):
     def __init__(self, params: CacheAwareParams) -> None:
         self.params = params
         per_backend = params.max_tree_entries_per_backend
@@ -57,23 +55,6 @@ class CacheAwareScorer:
         names = ctx.view.names
         tree = np.fromiter((self.index.entries(names[r]) for r in ctx.rows.tolist()), np.float64)
         return Scores(tree, "prefix tree size (blocks)", mode="no good match: smallest tree")
-
-    def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
-        profile = ctx.profile
-        if profile.prefix_hashes:
-            record(
-                self.index,
-                ctx.view.names[row],
-                profile.prefix_hashes,
-                profile.block_tokens,
-                ctx.now,
-            )
-
-    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
-        return self.index.merge(backend, blocks, now)
-
-    def observe(self, observation: Observation) -> None:
-        return None
 
 
 def build(params: CacheAwareParams, rng_seed: int) -> PipelineRouter:

@@ -9,8 +9,6 @@ without engine metrics fall back to local in-flight counts for the queue and 0.5
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 from pydantic import Field
 
@@ -19,9 +17,9 @@ from routing.pipeline.pickers import BestPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.params import CommonParams, assemble
-from routing.policies.predicted_ttft import cached_by_row, record
+from routing.policies.predicted_ttft import cached_by_row
+from routing.policies.prefix_memory import RemembersChosenPrefix
 from routing.prefix_index import PrefixIndex
-from routing.types import Observation
 
 
 class LlmDParams(CommonParams):
@@ -41,7 +39,7 @@ def queue_score(queue: F64) -> F64:
     return scored
 
 
-class LlmDScorer:
+class LlmDScorer(RemembersChosenPrefix):
     def __init__(self, params: LlmDParams) -> None:
         self.params = params
         per_backend = params.prefix_max_entries_per_backend
@@ -67,23 +65,6 @@ class LlmDScorer:
             p.prefix_weight * prefix + p.queue_weight * queue_score(queue) + p.kv_cache_weight * kv
         )
         return Scores(-total, "-weighted score (prefix, queue, kv-cache)")
-
-    def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
-        profile = ctx.profile
-        if profile.prefix_hashes:
-            record(
-                self.index,
-                ctx.view.names[row],
-                profile.prefix_hashes,
-                profile.block_tokens,
-                ctx.now,
-            )
-
-    def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
-        return self.index.merge(backend, blocks, now)
-
-    def observe(self, observation: Observation) -> None:
-        return None
 
 
 def build(params: LlmDParams, rng_seed: int) -> PipelineRouter:
