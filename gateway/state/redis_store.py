@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
+from gateway.state.cancel import raise_if_cancelled
 from gateway.state.errors import StateUnavailable, unavailable
 from gateway.state.keys import KeyLayout, decode_block, encode_block, to_ms
 from gateway.state.lua import LEASE_EXTEND, LEASE_RELEASE, TOKEN_BUCKET
@@ -68,8 +69,10 @@ class RedisStore:
             async with asyncio.timeout(self._timeout_s):
                 return await call()
         except TimeoutError as exc:
+            raise_if_cancelled()
             raise unavailable(f"{what}: no answer within {self._timeout_s:.3g}s") from exc
         except Exception as exc:  # see _CLIENT_FAILURES
+            raise_if_cancelled()
             raise unavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
     async def ping(self) -> None:
@@ -195,6 +198,7 @@ class RedisStore:
             yield None
             while True:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                raise_if_cancelled()
                 if message is None:
                     yield None
                 elif message.get("type") == "message":
@@ -202,6 +206,7 @@ class RedisStore:
         except StateUnavailable:
             raise
         except Exception as exc:  # see _CLIENT_FAILURES
+            raise_if_cancelled()
             raise unavailable(f"events: {type(exc).__name__}: {exc}") from exc
         finally:
             await _close_quietly(pubsub, self._timeout_s)

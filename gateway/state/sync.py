@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from gateway.state.breaker import BreakerState, CircuitBreaker
+from gateway.state.cancel import raise_if_cancelled
 from gateway.state.config import StateConfig
 from gateway.state.connect import open_store, retention_of
 from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
@@ -274,7 +275,9 @@ class SharedStateSync:
             try:
                 await tick()
             except Exception:
+                raise_if_cancelled()
                 _log.exception("state sync: %s failed; retrying", tick.__name__)
+            raise_if_cancelled()  # a tick may have swallowed it (StateUnavailable, suppress)
             await asyncio.sleep(interval())
 
     # -- the guard every store call goes through -----------------------------------------
