@@ -53,6 +53,7 @@ async def test_prefix_index_is_bounded_and_expires(make_store: StoreFactory) -> 
 
 async def test_in_flight_of_a_silent_replica_expires(make_store: StoreFactory) -> None:
     store = await make_store(intervals={"in_flight_ttl_s": 0.3})
+    await store.summary()  # connect (and load a cluster's slot map) before the 0.3 s clock
     await store.push(WriteBatch("dead", time.time(), in_flight={"a1": 5}))
     await store.push(WriteBatch("alive", time.time(), in_flight={"a1": 1}))
     assert set((await store.pull(0.0, time.time())).in_flight) == {"dead", "alive"}
@@ -90,6 +91,8 @@ async def test_stale_signals_and_ejections_are_ignored(make_store: StoreFactory)
 
 async def test_lease_has_one_holder_until_released_or_expired(make_store: StoreFactory) -> None:
     one, two = await make_store(), await make_store()
+    for store in (one, two):  # connect (and load a cluster's slot map) before the 0.3 s clock
+        await store.summary()
     assert await one.try_lease("probe:a", "r1", 0.3)
     assert not await two.try_lease("probe:a", "r2", 0.3)
     assert await one.try_lease("probe:a", "r1", 0.3)  # extend
