@@ -15,6 +15,7 @@ from gateway.explain import add_explain_routes
 from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
 from gateway.metrics import GatewayMetrics
+from gateway.prefix_expiry import prefix_expiry_ctx
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
 from gateway.state.wiring import SharedState, install_shared_state
@@ -79,6 +80,11 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     # Starts before the hub, stops after it; the state route follows the hub a reload swaps in.
     install_shared_state(app, shared, lambda: relay.fleet)
     app.cleanup_ctx.append(signals)
+    app.cleanup_ctx.append(
+        prefix_expiry_ctx(
+            lambda: relay.router, config.routing.prefix_sweep_interval_s, metrics.registry
+        )
+    )
     if config.listen.grpc_port is not None:
         # Imported here: grpc loads only when the gRPC door is configured.
         from gateway.grpc.mount import grpc_server_ctx

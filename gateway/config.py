@@ -243,6 +243,14 @@ class RoutingConfig(_Strict):
     policy: str = "predicted_ttft"
     params: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
+    prefix_sweep_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "How often the prefix index's expired entries are swept away in the background "
+            "(incrementally, never stalling requests). An entry outlives its TTL by at most this."
+        ),
+    )
 
 
 class GatewayConfig(_Strict):

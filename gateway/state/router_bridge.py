@@ -22,7 +22,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol, cast
 
+from gateway.prefix_expiry import purger_of
 from gateway.state.sync import SharedStateSync
+from routing.prefix_index import PurgeProgress
 from routing.types import (
     Decision,
     FirstTokenObserver,
@@ -67,6 +69,10 @@ class SharedPrefixRouter:
 
     def release(self, backend: str) -> None:
         self.inner.release(backend)
+
+    def purge_step(self, now: float, max_scan: int) -> PurgeProgress:
+        purger = purger_of(self.inner)
+        return purger.purge_step(now, max_scan) if purger else PurgeProgress(0, 0, True, 0)
 
     def observe_first_token(
         self,

@@ -16,6 +16,7 @@ from routing.pipeline.candidates import build_candidates, no_backend, rank
 from routing.pipeline.filters import Filter, FilterContext, apply_filters
 from routing.pipeline.pickers import Picker
 from routing.pipeline.scoring import FirstTokenLearner, PrefixKeeper, ScoreContext, Scorer
+from routing.prefix_index import PurgeProgress
 from routing.types import Decision, FleetSnapshot, Observation, RequestProfile
 
 
@@ -98,6 +99,13 @@ class PipelineRouter:
         if isinstance(self.scorer, PrefixKeeper):
             return self.scorer.note_remote_prefix(backend, blocks, now)
         return 0
+
+    def purge_step(self, now: float, max_scan: int) -> PurgeProgress:
+        """One bounded step of the prefix index's expiry sweep; a policy without an index has
+        nothing to sweep. The gateway calls it in the background, yielding between steps."""
+        if isinstance(self.scorer, PrefixKeeper):
+            return self.scorer.purge_step(now, max_scan)
+        return PurgeProgress(0, 0, True, 0)
 
     def reserve(self, backend: str, now: float) -> None:
         if now > self._latest:

@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from routing.fleet_view import F64, FleetView, Rows
 from routing.load import LoadColumns
 from routing.predictor import Prediction
+from routing.prefix_index import PurgeProgress
 from routing.types import Observation, RequestProfile
 
 
@@ -46,6 +47,10 @@ class PrefixKeeper(Protocol):
     """A scorer with a prefix index that can learn what other replicas' routers saw."""
 
     def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int: ...
+
+    def purge_step(self, now: float, max_scan: int) -> PurgeProgress:
+        """One bounded step of the index's expiry sweep (``PrefixIndex.purge_step``)."""
+        ...
 
 
 @runtime_checkable

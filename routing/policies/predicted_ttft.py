@@ -22,7 +22,7 @@ from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.params import CommonParams, assemble
 from routing.predictor import TERMS, PredictorParams, predict
 from routing.predictor_rows import RowTerms
-from routing.prefix_index import PrefixIndex, matching_chain
+from routing.prefix_index import PrefixIndex, PurgeProgress, matching_chain
 from routing.types import LatencyClass, Observation, RequestProfile
 
 _RTT, _PREFILL, _STEP = (TERMS.index(name) for name in ("rtt", "prefill", "step"))
@@ -173,6 +173,9 @@ class PredictedTTFTScorer:
 
     def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
         return self.index.merge(backend, blocks, now)
+
+    def purge_step(self, now: float, max_scan: int) -> PurgeProgress:
+        return self.index.purge_step(now, max_scan)
 
     def observe_first_token(self, observation: Observation) -> None:
         view = self._view

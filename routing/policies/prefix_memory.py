@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.predicted_ttft import record
-from routing.prefix_index import PrefixIndex
+from routing.prefix_index import PrefixIndex, PurgeProgress
 from routing.types import Observation
 
 
@@ -28,6 +28,9 @@ class RemembersChosenPrefix:
 
     def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
         return self.index.merge(backend, blocks, now)
+
+    def purge_step(self, now: float, max_scan: int) -> PurgeProgress:
+        return self.index.purge_step(now, max_scan)
 
     def observe(self, observation: Observation) -> None:
         return None

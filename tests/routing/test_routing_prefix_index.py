@@ -161,3 +161,87 @@ def test_merge_keeps_the_newer_time_skips_expired_and_bounds_memory() -> None:
     report = index.memory_report()
     assert report.entries <= 8 and report.per_backend["b"] <= 8
     assert index.cached_tokens((100,), now=91.0).get("b", 0) in (0, 16)
+
+
+def _sweep(index: PrefixIndex, now: float, max_scan: int) -> tuple[int, int]:
+    """Steps until a round ends; returns (steps taken, entries removed)."""
+    steps = removed = 0
+    while True:
+        progress = index.purge_step(now, max_scan)
+        assert progress.scanned <= max_scan
+        steps, removed = steps + 1, removed + progress.removed
+        if progress.round_done:
+            return steps, removed
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(1, 30), st.integers(0, 40)), max_size=25
+    ),
+    st.integers(1, 50),
+)
+def test_stepwise_purge_removes_exactly_what_a_full_purge_removes(
+    records: list[tuple[str, int, int]], max_scan: int
+) -> None:
+    stepwise, whole = PrefixIndex(ttl_s=10.0), PrefixIndex(ttl_s=10.0)
+    for backend, length, at in records:
+        for index in (stepwise, whole):
+            index.record(backend, chain(length, start=at * 7), now=float(at))
+    _, removed = _sweep(stepwise, 45.0, max_scan)
+    assert removed == whole.purge(45.0)
+    assert stepwise.memory_report() == whole.memory_report()
+    for backend in "abc":
+        assert stepwise.entries(backend) == whole.entries(backend)
+
+
+def test_purge_steps_are_bounded_and_a_round_ends() -> None:
+    index = PrefixIndex(ttl_s=10.0)
+    index.record("a", chain(100), now=0.0)
+    index.record("b", chain(50, start=1000), now=0.0)
+    steps, removed = _sweep(index, 20.0, 40)
+    assert removed == 150 and steps >= 150 // 40
+    assert index.memory_report().entries == 0 and index.memory_report().per_backend == {}
+    assert index.memory_report().expired == 150
+    # The next step begins a new round over an empty index and ends it at once.
+    assert index.purge_step(20.0, 40).round_done
+
+
+def test_sweep_keeps_blocks_refreshed_after_its_snapshot_and_skips_forgotten_backends() -> None:
+    index = PrefixIndex(ttl_s=10.0)
+    index.record("a", chain(10), now=0.0)
+    index.record("b", chain(10, start=100), now=0.0)
+    first = index.purge_step(20.0, 3)  # snapshot taken; one backend partly scanned
+    assert not first.round_done and first.removed == 3
+    index.record("a", chain(10), now=19.0)  # refreshed: must survive the rest of the round
+    index.record("b", chain(10, start=100), now=19.0)
+    index.forget("b")
+    _sweep(index, 20.0, 3)
+    surviving = index.entries("a") + index.entries("b")
+    assert surviving == index.memory_report().entries
+    assert index.entries("b") == 0
+    assert index.longest_cached_prefix("a", chain(10), now=20.0) == 10 * 16
+
+
+def test_purge_step_needs_a_positive_budget() -> None:
+    with pytest.raises(ValueError):
+        PrefixIndex().purge_step(0.0, 0)
+
+
+@pytest.mark.parametrize(
+    ("policy", "ttl"), [("predicted_ttft", "prefix_ttl_s"), ("cache_aware", "tree_ttl_s")]
+)
+def test_routers_with_an_index_sweep_it(policy: str, ttl: str) -> None:
+    from routing.policies import build_router
+
+    router = build_router(policy, {ttl: 1.0})
+    index = router.scorer.index  # type: ignore[attr-defined]
+    index.record("a", chain(4), now=0.0)
+    progress = router.purge_step(5.0, 100)
+    assert (progress.removed, progress.entries, progress.round_done) == (4, 0, True)
+
+
+def test_a_router_without_an_index_has_nothing_to_sweep() -> None:
+    from routing.policies import build_router
+
+    progress = build_router("round_robin").purge_step(5.0, 100)
+    assert (progress.scanned, progress.removed, progress.round_done) == (0, 0, True)
