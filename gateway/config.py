@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from gateway.chain.config import ChainConfig
+from gateway.observability.config import LoggingConfig
 from gateway.placement import PlacementConfig
 from gateway.signals.hub import SignalsConfig
 from gateway.state.config import StateConfig
@@ -276,6 +277,9 @@ class GatewayConfig(_Strict):
     state: StateConfig = StateConfig()  # shared between replicas (gateway/state/README.md)
     chain: ChainConfig = ChainConfig()  # gateways forwarding to gateways (gateway/chain)
     placement: PlacementConfig = PlacementConfig()
+    logging: LoggingConfig = Field(
+        default=LoggingConfig(), description="Request log and log line format."
+    )
 
     @model_validator(mode="after")
     def _cross_references(self) -> GatewayConfig:

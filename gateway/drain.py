@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from gateway.config import DrainConfig
 from gateway.errors import ApiError
+from gateway.observability.events import gateway_event
 from gateway.stream import OpenedStream
 
 log = logging.getLogger("meridian.drain")
@@ -93,14 +94,23 @@ class DrainState:
 async def drain(state: DrainState, config: DrainConfig) -> bool:
     """Run the drain; True when everything finished before the deadline."""
     state.not_ready = True
-    log.info("draining: readiness failing, %d request(s) in flight", state.in_flight)
+    gateway_event(
+        "drain_started",
+        f"draining: readiness failing, {state.in_flight} request(s) in flight",
+        in_flight=state.in_flight,
+    )
     if config.readiness_grace_s:
         await asyncio.sleep(config.readiness_grace_s)
     state.refusing = True
     if await state.wait_idle(config.deadline_s):
-        log.info("drained: every request finished")
+        gateway_event("drain_finished", "drained: every request finished", ended_early=0)
         return True
     left = state.end_everything()
-    log.warning("drain deadline passed: ending %d request(s) with an error", left)
+    gateway_event(
+        "drain_deadline_passed",
+        f"drain deadline passed: ending {left} request(s) with an error",
+        logging.WARNING,
+        ended_early=left,
+    )
     await state.wait_idle(_FINAL_WRITE_GRACE_S)
     return False

@@ -75,6 +75,7 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
     status_label = "error"
     model_label = "unknown"
     writer: SseWriter | None = None
+    inbound: InboundRequest | None = None
     try:
         body = await _read_body(request)
         client = relay.fleet.locate(request.remote, request.headers.getall("X-Forwarded-For", None))
@@ -97,6 +98,8 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
             opened = await relay.open(inbound, forward)
     except ApiError as err:
         status_label = str(err.status)
+        if inbound is None:  # refused before the relay core saw it: the door logs it
+            relay.observer.rejected("http", endpoint.value, request_id, err, received_at)
         if writer is not None and writer.response is not None:
             return await _error_after_headers(writer, err)
         return err.to_response({"X-Request-Id": request_id})
@@ -105,16 +108,17 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
             metrics.requests.labels("http", endpoint.value, model_label, status_label).inc()
 
     failure: FailureKind | None = FailureKind.CANCELLED  # until the response is complete
+    ended = StreamEnd()
     try:
         if not inbound.stream:
             failure = None
             return _whole_body(request_id, opened)
         writer = writer or SseWriter(request, relay.config.streams)
-        failure = await _relay_stream(request, writer, request_id, opened)
+        failure = await _relay_stream(request, writer, request_id, opened, ended)
         assert writer.response is not None
         return writer.response
     finally:
-        relay.finish(inbound, opened, time.perf_counter(), failure)
+        relay.finish(inbound, opened, time.perf_counter(), failure, ended.error)
         outcome = "200" if failure is None else failure.value
         metrics.requests.labels("http", endpoint.value, model_label, outcome).inc()
 
@@ -180,8 +184,21 @@ def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
     )
 
 
+class StreamEnd:
+    """How a relayed stream ended, for the request log: the error kind, if it failed."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: str | None = None
+
+
 async def _relay_stream(
-    request: web.Request, writer: SseWriter, request_id: str, opened: OpenedStream
+    request: web.Request,
+    writer: SseWriter,
+    request_id: str,
+    opened: OpenedStream,
+    ended: StreamEnd,
 ) -> FailureKind | None:
     """Write the stream; returns how it failed (None when complete)."""
     safety = request.app[RELAY].safety
@@ -198,6 +215,7 @@ async def _relay_stream(
                 return None
             await writer.write(event.raw)
     except StreamBroken as broken:
+        ended.error = broken.kind
         log.warning("stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
         request.app[METRICS].stream_errors.labels(opened.route.backend, broken.kind).inc()
         with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
@@ -205,6 +223,7 @@ async def _relay_stream(
             await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
         return _BROKEN_AS.get(broken.kind, FailureKind.SERVER_ERROR)
     except ClientTooSlow as slow:
+        ended.error = "client_too_slow"
         log.warning("client too slow backend=%s: %s", opened.route.backend, slow)
         request.app[METRICS].stream_errors.labels(opened.route.backend, "client_too_slow").inc()
         writer.abort()

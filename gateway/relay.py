@@ -29,6 +29,8 @@ from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
+from gateway.observability.observer import RequestObserver
+from gateway.observability.record import RequestRecord
 from gateway.placement import UNRESTRICTED
 from gateway.placement import resolve as resolve_placement
 from gateway.relay_state import HubMetrics, RelayState
@@ -55,6 +57,7 @@ class Relay:
         self.observed_ttft = ObservedTtft()  # the hedge delay for policies that predict none
         self._hub_metrics = HubMetrics(state.hub_registry)
         metrics.registry.register(self._hub_metrics)
+        self.observer = RequestObserver(state.config.logging)
 
     # -- the current configuration's parts (swapped whole by a reload) -------------------
 
@@ -87,6 +90,7 @@ class Relay:
         old, self._state = self._state, state
         self._hub_metrics.current = state.hub_registry
         self.retry_after.max_wait_s = state.config.retry.max_retry_after_s
+        self.observer.configure(state.config.logging)
         return old
 
     # -- one request ---------------------------------------------------------------------
@@ -102,18 +106,33 @@ class Relay:
             region_penalty_ms=placement.region_penalty_ms,
         )
 
-    async def open(self, inbound: InboundRequest, forward_headers: dict[str, str]) -> OpenedStream:
+    async def open(
+        self, inbound: InboundRequest, forward_headers: dict[str, str], door: str = "http"
+    ) -> OpenedStream:
+        record = self.observer.start(inbound, door)
+        try:
+            opened = await self._open(inbound, forward_headers, record)
+        except BaseException as exc:
+            self.observer.open_failed(record, exc)
+            raise
+        opened.record = record
+        return opened
+
+    async def _open(
+        self, inbound: InboundRequest, forward_headers: dict[str, str], record: RequestRecord
+    ) -> OpenedStream:
         if self.drain.refusing:
             raise draining_error()
         state = self._state
         hop, inbound, forward_headers = chain.enter(
             state.fleet, state.config.chain.max_hops, inbound, forward_headers
         )
+        record.hop = hop
         policy = state.policy(inbound.profile.latency_class)
         started = time.perf_counter()
         profile = self.place(inbound.profile)
         decision = state.router.decide(profile, state.fleet.snapshot(), time.monotonic())
-        route_ms = (time.perf_counter() - started) * 1000.0
+        route_ms = record.route_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.route_decision.observe(route_ms / 1000.0)
         if not decision.ranked:
             reports = state.fleet.downstream_reports()
@@ -123,7 +142,9 @@ class Relay:
             raise no_backend(f"no backend can serve model '{inbound.model}' now ({reasons})", 1)
         state.budget.on_request()
         ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy)
-        walk = CandidateWalk(ctx, decision, state.config.limits.max_attempts, self.retry_after)
+        walk = record.walk = CandidateWalk(
+            ctx, decision, state.config.limits.max_attempts, self.retry_after
+        )
         deadline = inbound.received_at + policy.total_s
         timer = asyncio.timeout(deadline - time.perf_counter())
         state.enter()
@@ -154,6 +175,7 @@ class Relay:
                 self.safety.admission_refused.labels(str(exc.status)).inc()
             raise
         opened, number = won
+        record.winner = number
         opened.ticket, opened.deadline = ticket, deadline
         self.drain.opened(timer, opened)
         self._count_extra(walk)
@@ -238,9 +260,14 @@ class Relay:
         opened: OpenedStream,
         now: float,
         failure: FailureKind | None = None,
+        error: str | None = None,
     ) -> None:
-        """Book-keeping once the client's response is over, or abandoned (``failure``)."""
+        """Book-keeping once the client's response is over, or abandoned (``failure``;
+        ``error`` is the kind of a stream that broke, for the request log)."""
         opened.close()
+        record, opened.record = opened.record, None  # one line per request, however called
+        if record is not None:
+            self.observer.finished(record, opened, now, failure, error)
         state = opened.state or self._state
         if opened.ticket is not None:
             opened.ticket.release()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.observability.events import gateway_event
 from gateway.relay import Relay
 from gateway.relay_state import RelayState, build_state
 
@@ -73,8 +74,12 @@ class Reloader:
                     _keep_restart_only(self.relay.config, config), None, self.relay.state
                 )
             except ConfigError as exc:
-                log.error(
-                    "config reload (%s) rejected, keeping the running config:\n%s", reason, exc
+                gateway_event(
+                    "config_reload_rejected",
+                    f"config reload ({reason}) rejected, keeping the running config:\n{exc}",
+                    logging.ERROR,
+                    reason=reason,
+                    path=str(self.path),
                 )
                 outcomes.labels("rejected").inc()
                 return False
@@ -90,12 +95,15 @@ class Reloader:
         old = self.relay.swap(state)
         before = {b.name for b in old_config.backends}
         after = {b.name for b in state.config.backends}
-        log.info(
-            "config reloaded (%s): backends added=%s removed=%s; %d request(s) finish on the old",
-            reason,
-            sorted(after - before) or "none",
-            sorted(before - after) or "none",
-            old.active,
+        added, removed = sorted(after - before), sorted(before - after)
+        gateway_event(
+            "config_reloaded",
+            f"config reloaded ({reason}): backends added={added or 'none'} "
+            f"removed={removed or 'none'}; {old.active} request(s) finish on the old",
+            reason=reason,
+            backends_added=added,
+            backends_removed=removed,
+            in_flight_on_old=old.active,
         )
         self._spawn(self._retire(old, state))
 

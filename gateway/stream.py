@@ -36,6 +36,7 @@ _BACKEND_TIMING_COMMENT = b": server-timing "
 if TYPE_CHECKING:
     from gateway.admission import Ticket
     from gateway.chain.hop import HopContext
+    from gateway.observability.record import RequestRecord
     from gateway.relay_state import RelayState
 
 
@@ -140,6 +141,7 @@ class OpenedStream:
     hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
     downstream_hops: list[dict[str, Any]] = field(default_factory=list)  # next gateway's timing
     backend_timing: list[TimingEntry] = field(default_factory=list)  # the backend's own phases
+    record: RequestRecord | None = None  # what the request log, metrics and span report
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         if carries and not event.is_done:

@@ -23,6 +23,7 @@ from aiohttp import web
 from gateway.app import RunningGateway, start_gateway
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.drain import drain
+from gateway.observability import log_format
 from gateway.reload import Reloader
 from gateway.state_keys import RELAY
 
@@ -77,6 +78,7 @@ async def _serve(args: argparse.Namespace) -> int:
             from gateway.embedded import start_embedded_fleet
 
             config = await stack.enter_async_context(start_embedded_fleet())
+        log_format.install(args.log_level, config.logging.format, sys.stderr)
         gateway = await start_gateway(config, args.host, args.port)
         stack.push_async_callback(gateway.close)
         if args.config:
@@ -95,11 +97,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     args = _parse(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    log_format.install(args.log_level, "auto", sys.stderr)  # the config may change the format
     try:
         import uvloop
 

@@ -76,12 +76,14 @@ class RelayBackend:
         self, request: BackendRequest, endpoint: Endpoint
     ) -> tuple[InboundRequest, OpenedStream] | StreamFailed:
         model = "unknown"
+        inbound: InboundRequest | None = None
+        request_id = request_id_from(request.request_id)
         try:
             client = self.relay.fleet.locate(request.peer, request.forwarded_for or None)
             inbound = parse_inbound(
                 endpoint,
                 request.body,
-                request_id=request_id_from(request.request_id),
+                request_id=request_id,
                 tenant=tenant_from(request.tenant),
                 origin=client.origin,
                 known_models=self.relay.known_models,
@@ -92,9 +94,13 @@ class RelayBackend:
             # The client's deadline bounds routing and every attempt; after the first token
             # gRPC itself enforces it by cancelling the call.
             async with asyncio.timeout(request.timeout_s):
-                opened = await self.relay.open(inbound, forward)
+                opened = await self.relay.open(inbound, forward, door="grpc")
         except ApiError as err:
             self._count(endpoint, model, str(err.status))
+            if inbound is None:  # refused before the relay core saw it: the door logs it
+                self.relay.observer.rejected(
+                    "grpc", endpoint.value, request_id, err, request.received_at
+                )
             return _failed(err)
         except TimeoutError:
             self._count(endpoint, model, "504")
@@ -111,6 +117,7 @@ class RelayBackend:
         inbound, opened = result
         # Until proven otherwise the client went away (the generator closed or was cancelled).
         failure: FailureKind | None = FailureKind.CANCELLED
+        error: str | None = None  # the kind of a stream that broke, for the request log
         try:
             yield StreamOpened(
                 (
@@ -131,20 +138,21 @@ class RelayBackend:
                         "upstream_malformed", "upstream sent a non-JSON event"
                     ) from None
                 if isinstance(data, dict) and "error" in data:
-                    failure = FailureKind.SERVER_ERROR
+                    failure, error = FailureKind.SERVER_ERROR, "upstream_error_event"
                     yield self._error_event(data, opened)
                     return
                 yield StreamChunk(data)
             failure = None
             yield StreamEnded(summary_metadata(opened.summary(time.perf_counter())))
         except StreamBroken as broken:
+            error = broken.kind
             log.warning("grpc stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
             self.metrics.stream_errors.labels(opened.route.backend, broken.kind).inc()
             stalled = broken.kind == "upstream_stalled"
             failure = FailureKind.TIMEOUT if stalled else FailureKind.SERVER_ERROR
             yield _failed(broken.error, summary_metadata(opened.summary(time.perf_counter())))
         finally:
-            self.relay.finish(inbound, opened, time.perf_counter(), failure)
+            self.relay.finish(inbound, opened, time.perf_counter(), failure, error)
             self._count(endpoint, inbound.model, "200" if failure is None else "aborted")
 
     def _error_event(self, data: dict[str, Any], opened: OpenedStream) -> StreamFailed:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.chain.config import ChainConfig
 from gateway.chain.poller import SummaryPoller
 from gateway.chain.report import DownstreamReport
+from gateway.observability.events import gateway_event
 from gateway.signals.engine_metrics import EngineMetricsConfig
 from gateway.signals.engine_signals import EngineSignals
 from gateway.signals.errors import SignalError
@@ -359,15 +360,20 @@ def _always(_backend: str) -> bool:
 def _log_event(event: OutlierEvent) -> None:
     if event.kind is OutlierEventKind.EJECTED:
         until = event.until - event.at if event.until is not None else 0.0
-        logger.warning(
-            "ejected backend %s for %.0fs (ejection #%d): %s",
-            event.backend,
-            until,
-            event.ejections,
-            event.reason,
+        gateway_event(
+            "backend_ejected",
+            f"ejected backend {event.backend} for {until:.0f}s (ejection #{event.ejections}): "
+            f"{event.reason}",
+            logging.WARNING,
+            backend=event.backend,
+            ejection_s=round(until, 3),
+            ejections=event.ejections,
+            reason=event.reason,
         )
     elif event.kind is OutlierEventKind.READMITTED:
-        logger.info("readmitted backend %s", event.backend)
+        gateway_event(
+            "backend_readmitted", f"readmitted backend {event.backend}", backend=event.backend
+        )
     elif event.kind is OutlierEventKind.EJECTION_SKIPPED:
         logger.debug("not ejecting %s (cap reached): %s", event.backend, event.reason)
     else:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
+from gateway.observability.events import gateway_event
 from gateway.state.breaker import BreakerState, CircuitBreaker
 from gateway.state.cancel import raise_if_cancelled
 from gateway.state.config import StateConfig
@@ -74,6 +75,7 @@ class SharedStateSync:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_ok: float | None = None
         self._failing = True  # until the first successful call
+        self._said_degraded = False  # a state_degraded event is out with no recovery after it
         self._last_error: str | None = None
         self._need_full_pull = True
         self._last_pull_wall = 0.0
@@ -296,6 +298,16 @@ class SharedStateSync:
             self._breaker.record_failure()
             self._failing = True
             self._last_error = str(exc.error)
+            if not self._said_degraded:
+                self._said_degraded = True
+                gateway_event(
+                    "state_degraded",
+                    f"shared state ({self._store.kind}) unreachable: serving on local state",
+                    logging.WARNING,
+                    store=self._store.kind,
+                    replica=self.replica,
+                    error_kind=exc.error.kind.value,
+                )
             raise
         except asyncio.CancelledError:
             self._breaker.record_failure()  # never leave a half-open trial unresolved
@@ -310,6 +322,14 @@ class SharedStateSync:
         """The store answers again (or for the first time): announce this replica, re-send
         the newest local blocks (the store may have restarted empty), and pull everything."""
         self._failing = False
+        if self._said_degraded:
+            self._said_degraded = False
+            gateway_event(
+                "state_recovered",
+                f"shared state ({self._store.kind}) answers again",
+                store=self._store.kind,
+                replica=self.replica,
+            )
         self._need_full_pull = True
         self._pending.in_flight_dirty = True
         for backend, blocks in self._view.newest_blocks(_REPUBLISH_BLOCKS_PER_BACKEND).items():

@@ -1,0 +1,31 @@
+"""The ``logging:`` section of the gateway config: the request log and the log line format."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoggingConfig(_Section):
+    format: Literal["auto", "text", "json"] = Field(
+        default="auto",
+        description="Log line format: json (one object a line), text (key=value), or auto: "
+        "json unless stderr is a terminal.",
+    )
+    requests: bool = Field(
+        default=True,
+        description="Write one request-log line per request when it ends (off switch).",
+    )
+    sample_rate: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of successful requests that get a request-log line (chosen by a "
+        "hash of the request id, so every hop of a chain keeps the same ones). Failed and "
+        "cancelled requests are always logged.",
+    )
