@@ -27,6 +27,7 @@ from gateway.chain.hop_timing import (
 from gateway.errors import ApiError
 from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
+from gateway.token_events import carries_token
 from routing.types import BackendSpec
 
 # A backend's own end-of-stream phases (the emulator sends them; vLLM-style engines cannot put
@@ -104,15 +105,10 @@ def event_carries_output(event: SseEvent) -> tuple[bool, dict[str, Any] | None]:
         return False, None
     if "error" in obj:
         return True, obj
+    if carries_token(obj):
+        return True, obj
     for choice in obj.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        if choice.get("finish_reason") is not None or choice.get("text"):
-            return True, obj
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and (
-            delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content")
-        ):
+        if isinstance(choice, dict) and choice.get("finish_reason") is not None:
             return True, obj
     return False, obj
 
@@ -145,7 +141,7 @@ class OpenedStream:
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         if carries and not event.is_done:
-            self.stats.on_token_event(time.perf_counter())
+            self.stats.on_token_event(time.perf_counter(), counted=carries_token(obj))
         if event.is_done:
             self.saw_done = True
         if obj is not None and isinstance(obj.get("usage"), dict):

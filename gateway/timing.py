@@ -96,10 +96,14 @@ class StreamStats:
     gaps_ms: list[float] = field(default_factory=list)
     output_events: int = 0
 
-    def on_token_event(self, now: float) -> None:
+    def on_token_event(self, now: float, counted: bool = True) -> None:
+        """An event that ends the wait for the first token; ``counted`` when it carries one (a
+        finish-only chunk starts the stream but is neither a token nor an ITL gap)."""
         if self.first_token_at is None:
             self.first_token_at = now
-        elif self.last_token_at is not None:
+        if not counted:
+            return
+        if self.last_token_at is not None:
             self.gaps_ms.append((now - self.last_token_at) * 1000.0)
         self.last_token_at = now
         self.output_events += 1

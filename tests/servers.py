@@ -7,6 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from aiohttp import web
+
 from gateway.app import RunningGateway, start_gateway
 from gateway.config import GatewayConfig
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams, FaultConfig
@@ -61,3 +63,16 @@ async def gateways() -> AsyncIterator[GatewayFactory]:
     finally:
         for running in started:
             await running.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """A scripted aiohttp app (an upstream that replays bytes) on a loopback port: its URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()

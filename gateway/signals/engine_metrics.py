@@ -75,6 +75,7 @@ class EngineMetricsScraper:
         self._latest: dict[str, EngineSignals] = {}
         self._status: dict[str, ScrapeStatus] = {}
         self._transitions = ErrorTransitions(logger, "metrics scrape")
+        self._missing: dict[str, tuple[str, ...]] = {}  # per backend, what the page lacked
         self._tasks = TaskOwner()
         self._session: aiohttp.ClientSession | None = None
         self._semaphore = asyncio.Semaphore(config.concurrency)
@@ -159,6 +160,7 @@ class EngineMetricsScraper:
         error = result if isinstance(result, SignalError) else None
         if isinstance(result, EngineSignals):
             self._latest[backend] = result
+            self._warn_missing(backend, result)
         self._status[backend] = ScrapeStatus(
             backend=backend,
             last_attempt_at=self._clock(),
@@ -170,3 +172,19 @@ class EngineMetricsScraper:
         self.version += 1
         if self._observer is not None:
             self._observer.on_scrape(backend, result, duration_s)
+
+    def _warn_missing(self, backend: str, signals: EngineSignals) -> None:
+        """One warning when a page starts lacking names its engine's current release exports
+        (a renamed metric, the wrong ``engine:``), not one per scrape."""
+        previous = self._missing.get(backend, ())
+        self._missing[backend] = signals.missing
+        if signals.missing and signals.missing != previous:
+            logger.warning(
+                "metrics of backend %s (engine %s) lack %s: routing treats %s as unknown; "
+                "is the engine a release whose names Meridian maps (gateway/signals/"
+                "engine_signals.py)?",
+                backend,
+                signals.engine,
+                ", ".join(signals.missing),
+                "it" if len(signals.missing) == 1 else "them",
+            )

@@ -1,17 +1,27 @@
 """Map serving engines' Prometheus names onto Meridian's signals. Pure: text in, values out.
 
-Names (checked against each project's docs and source):
+Names, checked against each exporter's source at a current release (pages in
+``tests/signals/pages/``, one per release, each naming the release it came from):
 
-- vLLM: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
-  ``vllm:kv_cache_usage_perc`` (V1; a 0..1 fraction despite the name) or the older
-  ``vllm:gpu_cache_usage_perc``; prefix-cache hit rate from the V1 counters
-  ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total`` (tokens), or the
-  older gauge ``vllm:gpu_prefix_cache_hit_rate``.
-- SGLang: ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``, ``sglang:token_usage``
-  (0..1 of the KV pool), ``sglang:cache_hit_rate``.
-- TGI: ``tgi_batch_current_size`` (running), ``tgi_queue_size`` (waiting); no KV gauge.
-- llama.cpp server: ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``,
-  ``llamacpp:kv_cache_usage_ratio``.
+- vLLM (V1, 0.11+): ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:kv_cache_usage_perc`` (a 0..1 fraction despite the name; V0's
+  ``vllm:gpu_cache_usage_perc`` is read when present); prefix-cache hit rate from the counters
+  ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total`` (tokens), else
+  ``vllm:prompt_tokens_cached_total`` / ``vllm:prompt_tokens_total``, else V0's gauge
+  ``vllm:gpu_prefix_cache_hit_rate``.
+- SGLang (0.5): ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``, ``sglang:token_usage``
+  (0..1 of the KV pool); hit rate from ``sglang:cached_tokens_total`` (summed over
+  ``cache_source``) / ``sglang:prompt_tokens_total``, else the gauge ``sglang:cache_hit_rate``.
+- TGI (3.x): ``tgi_batch_current_size`` (running), ``tgi_queue_size`` (waiting); no KV or
+  prefix-cache series.
+- llama.cpp server: ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``; hit rate
+  from ``llamacpp:prompt_tokens_cached_total`` and ``llamacpp:prompt_tokens_total`` (which
+  *excludes* the cached tokens, so queries = both). Current builds export no KV gauge; older
+  ones' ``llamacpp:kv_cache_usage_ratio`` is read when present.
+
+``EXPECTED`` lists what a current release of each engine carries: a page missing one of them
+is reported (``EngineSignals.missing``), so a renamed metric shows up as a warning and a metric
+instead of a signal that is silently always unknown.
 
 Series with several label sets (data-parallel engines, several models) are summed for counts
 and maxed for usage ratios: the fullest engine is the one a new request may land on.
@@ -25,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,6 +51,8 @@ class Signal(StrEnum):
     PREFIX_HIT_RATE = "prefix_cache_hit_rate"
     PREFIX_HITS = "prefix_cache_hits"  # cumulative counter: turned into a rate between scrapes
     PREFIX_QUERIES = "prefix_cache_queries"
+    PROMPT_CACHED = "prompt_tokens_cached"  # cumulative: cached prompt tokens
+    PROMPT_TOKENS = "prompt_tokens"  # cumulative: prompt tokens (see _PROMPT_EXCLUDES_CACHED)
 
 
 _RATIOS = frozenset({Signal.KV_CACHE_USAGE, Signal.PREFIX_HIT_RATE})
@@ -54,12 +66,16 @@ ENGINE_NAMES: Mapping[Engine, Mapping[Signal, tuple[str, ...]]] = {
         Signal.PREFIX_HIT_RATE: ("vllm:gpu_prefix_cache_hit_rate",),
         Signal.PREFIX_HITS: ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
         Signal.PREFIX_QUERIES: ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
+        Signal.PROMPT_CACHED: ("vllm:prompt_tokens_cached_total",),
+        Signal.PROMPT_TOKENS: ("vllm:prompt_tokens_total",),
     },
     Engine.SGLANG: {
         Signal.RUNNING: ("sglang:num_running_reqs",),
         Signal.WAITING: ("sglang:num_queue_reqs",),
         Signal.KV_CACHE_USAGE: ("sglang:token_usage",),
         Signal.PREFIX_HIT_RATE: ("sglang:cache_hit_rate",),
+        Signal.PROMPT_CACHED: ("sglang:cached_tokens_total",),
+        Signal.PROMPT_TOKENS: ("sglang:prompt_tokens_total",),
     },
     Engine.TGI: {
         Signal.RUNNING: ("tgi_batch_current_size",),
@@ -68,8 +84,21 @@ ENGINE_NAMES: Mapping[Engine, Mapping[Signal, tuple[str, ...]]] = {
     Engine.LLAMACPP: {
         Signal.RUNNING: ("llamacpp:requests_processing",),
         Signal.WAITING: ("llamacpp:requests_deferred",),
-        Signal.KV_CACHE_USAGE: ("llamacpp:kv_cache_usage_ratio",),
+        Signal.KV_CACHE_USAGE: ("llamacpp:kv_cache_usage_ratio",),  # older builds only
+        Signal.PROMPT_CACHED: ("llamacpp:prompt_tokens_cached_total",),
+        Signal.PROMPT_TOKENS: ("llamacpp:prompt_tokens_total",),
     },
+}
+
+# Engines whose prompt-token counter counts only the tokens actually prefilled.
+_PROMPT_EXCLUDES_CACHED = frozenset({Engine.LLAMACPP})
+
+# What a current release of each engine exports (derived signals, after fallbacks).
+EXPECTED: Mapping[Engine, tuple[str, ...]] = {
+    Engine.VLLM: ("running", "waiting", "kv_cache_usage", "prefix_cache_hit_rate"),
+    Engine.SGLANG: ("running", "waiting", "kv_cache_usage", "prefix_cache_hit_rate"),
+    Engine.TGI: ("running", "waiting"),
+    Engine.LLAMACPP: ("running", "waiting", "prefix_cache_hit_rate"),
 }
 
 
@@ -90,6 +119,7 @@ class EngineSignals:
     kv_cache_usage: float | None = None  # 0..1
     prefix_cache_hit_rate: float | None = None  # 0..1, since the previous scrape when counted
     prefix_counters: PrefixCounters | None = None
+    missing: tuple[str, ...] = ()  # signals a current release of the engine exports, not found
 
 
 def is_scraped(engine: Engine) -> bool:
@@ -160,10 +190,9 @@ def parse_engine_page(
         expected = ", ".join(sorted(_wanted_prefixes(engine))[:3])
         message = f"no {engine} metrics on the page (expected e.g. {expected}); wrong engine?"
         return SignalError(SignalErrorKind.MISSING_METRICS, message)
-    hits, queries = found.get(Signal.PREFIX_HITS), found.get(Signal.PREFIX_QUERIES)
-    counters = PrefixCounters(hits, queries) if hits is not None and queries is not None else None
+    counters = _prefix_counters(found, engine)
     previous_counters = previous.prefix_counters if previous is not None else None
-    return EngineSignals(
+    signals = EngineSignals(
         engine=engine,
         as_of=as_of,
         running=_count(found.get(Signal.RUNNING)),
@@ -174,6 +203,27 @@ def parse_engine_page(
         ),
         prefix_counters=counters,
     )
+    has_hit_rate = counters is not None or found.get(Signal.PREFIX_HIT_RATE) is not None
+    present = {
+        "running": signals.running is not None,
+        "waiting": signals.waiting is not None,
+        "kv_cache_usage": signals.kv_cache_usage is not None,
+        "prefix_cache_hit_rate": has_hit_rate,
+    }
+    missing = tuple(name for name in EXPECTED.get(engine, ()) if not present[name])
+    return replace(signals, missing=missing) if missing else signals
+
+
+def _prefix_counters(found: Mapping[Signal, float | None], engine: Engine) -> PrefixCounters | None:
+    """Hits and queries in tokens: the engine's prefix-cache counters, else its cached-prompt
+    counter over its prompt counter."""
+    hits, queries = found.get(Signal.PREFIX_HITS), found.get(Signal.PREFIX_QUERIES)
+    if hits is not None and queries is not None:
+        return PrefixCounters(hits, queries)
+    cached, prompt = found.get(Signal.PROMPT_CACHED), found.get(Signal.PROMPT_TOKENS)
+    if cached is None or prompt is None:
+        return None
+    return PrefixCounters(cached, prompt + cached if engine in _PROMPT_EXCLUDES_CACHED else prompt)
 
 
 def _count(value: float | None) -> int | None:

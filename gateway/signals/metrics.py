@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.signals.engine_signals import EngineSignals
+from gateway.signals.engine_signals import EXPECTED, EngineSignals
 from gateway.signals.errors import SignalError
 from gateway.signals.outlier import OutlierEvent, OutlierEventKind
 from gateway.signals.probes import ProbeObserver, ProbeSummary
@@ -62,6 +62,13 @@ class SignalMetrics(ProbeObserver):
             "meridian_scrape_errors",
             "Failed engine metrics scrapes, by error kind.",
             ["backend", "kind"],
+            registry=registry,
+        )
+        self.engine_signal_missing = Gauge(
+            "meridian_engine_signal_missing",
+            "1 while a backend's metrics page lacks a signal its engine's current release "
+            "exports (a renamed metric or the wrong engine): routing treats it as unknown.",
+            ["backend", "signal"],
             registry=registry,
         )
         self.scrape_duration = Histogram(
@@ -130,6 +137,9 @@ class SignalMetrics(ProbeObserver):
         self.scrape_duration.labels(backend).observe(duration_s)
         if isinstance(result, SignalError):
             self.scrape_errors.labels(backend, result.kind.value).inc()
+            return
+        for signal in EXPECTED.get(result.engine, ()):
+            self.engine_signal_missing.labels(backend, signal).set(signal in result.missing)
 
     def on_outlier_events(self, events: Iterable[OutlierEvent]) -> None:
         for event in events:

@@ -11,6 +11,7 @@ from aiohttp import web
 from gateway.timing import parse
 from loadtests.emulator.config import FaultConfig
 from tests.gateway.support import MODEL, config_for
+from tests.servers import serving
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
@@ -102,13 +103,8 @@ async def test_upstream_server_timing_is_kept_as_next_hop(emulator, gateway) -> 
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        running = await gateway(config_for({"hop-b": f"http://127.0.0.1:{port}"}))
+    async with serving(app) as url:
+        running = await gateway(config_for({"hop-b": url}))
         async with aiohttp.ClientSession() as session:
             async with session.post(running.url + "/v1/chat/completions", json=CHAT) as response:
                 entries = parse(response.headers["Server-Timing"])
@@ -117,5 +113,3 @@ async def test_upstream_server_timing_is_kept_as_next_hop(emulator, gateway) -> 
         assert by_name["hop-b.queue"].dur_ms == 12.5
         assert by_name["hop-b.engine"].desc == "x"
         assert "gw" in by_name
-    finally:
-        await runner.cleanup()
