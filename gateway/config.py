@@ -23,8 +23,10 @@ from pydantic import (
 )
 
 from gateway.chain.config import ChainConfig
+from gateway.objectives import ObjectivesConfig
 from gateway.observability.config import LoggingConfig
 from gateway.placement import PlacementConfig
+from gateway.pricing import PriceConfig
 from gateway.signals.hub import SignalsConfig
 from gateway.state.config import StateConfig
 from routing.errors import RoutingError
@@ -106,6 +108,9 @@ class BackendConfig(_Strict):
     max_connections: Annotated[int, Field(ge=1)] = 1024
     # Let canary probes reach a serverless backend (keeps it warm: costs money, hides cold starts).
     keep_warm: bool = False
+    price: PriceConfig | None = Field(
+        default=None, description="what requests cost here (slo_cost)"
+    )
 
     @field_validator("url")
     @classmethod
@@ -133,6 +138,7 @@ class BackendConfig(_Strict):
             cold_start_ms=cap.cold_start_ms,
             idle_timeout_s=cap.idle_timeout_s,
             max_num_batched_tokens=cap.max_num_batched_tokens,
+            price=None if self.price is None else self.price.price(),
         )
 
 
@@ -279,6 +285,10 @@ class GatewayConfig(_Strict):
     placement: PlacementConfig = PlacementConfig()
     logging: LoggingConfig = Field(
         default=LoggingConfig(), description="Request log and log line format."
+    )
+    objectives: ObjectivesConfig = Field(
+        default=ObjectivesConfig(),
+        description="TTFT objectives per tenant class (gateway/objectives.py)",
     )
 
     @model_validator(mode="after")

@@ -30,6 +30,7 @@ from aiohttp import web
 from gateway.errors import ApiError, bad_request
 from gateway.fleet import FleetView
 from gateway.inbound import Endpoint, parse_inbound, tenant_from
+from gateway.objectives import OBJECTIVE_HEADER, with_objective
 from gateway.signals.forwarded import parse_ip
 from gateway.signals.geo import ClientGeo
 from gateway.state_keys import RELAY
@@ -96,6 +97,7 @@ def _candidate(rank: int, candidate: Candidate, state: BackendState | None, now:
         "predicted_ttft_p90_ms": _rounded(candidate.predicted_ttft_p90_ms),
         "predicted_e2e_ms": _rounded(candidate.predicted_e2e_ms),
         "cached_tokens": candidate.cached_tokens,
+        "expected_cost": candidate.expected_cost,
         "terms": _terms(candidate),
         "signals": None if state is None else _signals(state, now),
         "why": candidate.reason,
@@ -146,6 +148,8 @@ def explain_report(
             "prefix_blocks": len(profile.prefix_hashes),
             "max_tokens": profile.max_tokens,
             "latency_class": profile.latency_class.value,
+            "ttft_objective_ms": profile.ttft_objective_ms,
+            "objective_class": profile.objective_class,
             "allowed_regions": None
             if profile.allowed_regions is None
             else sorted(profile.allowed_regions),
@@ -274,6 +278,8 @@ async def explain_route(request: web.Request) -> web.Response:
     profile = relay.place(
         build_profile(await _request_body(request), tenant, origin, relay.known_models)
     )
+    header = request.headers.get(OBJECTIVE_HEADER)
+    profile = with_objective(profile, config.objectives, header)
     report = explain_report(router, relay.fleet, profile, geo)
     return web.Response(
         body=orjson.dumps(report, option=orjson.OPT_INDENT_2),
@@ -336,7 +342,13 @@ def render_text(report: Json) -> str:
         + (f": {origin['reason']}" if origin.get("reason") else "")
         + ")",
         f"request {profile['prompt_tokens']} prompt tokens, {profile['prefix_blocks']} prefix "
-        f"blocks, {profile['latency_class']}, max_tokens {profile['max_tokens'] or '-'}",
+        f"blocks, {profile['latency_class']}, max_tokens {profile['max_tokens'] or '-'}"
+        + (
+            ""
+            if profile["ttft_objective_ms"] is None
+            else f", objective p90 TTFT <= {profile['ttft_objective_ms']:g} ms "
+            f"({profile['objective_class']})"
+        ),
     ]
     if report["panic"]:
         lines.append("PANIC MODE: too few healthy backends, health is ignored")
@@ -347,6 +359,7 @@ def render_text(report: Json) -> str:
             f"{c['rank']:>2}{mark} {c['backend']}  [{c['region']}, {c['kind']}]  "
             f"predicted TTFT {_ms(c['predicted_ttft_ms'])} ms (p90 {_ms(c['predicted_ttft_p90_ms'])})"
             f"  score {_ms(c['score'])}  cached {c['cached_tokens']} tokens"
+            + ("" if c["expected_cost"] is None else f"  expected cost {c['expected_cost']:.6g}")
         )
         if c["terms"]:
             lines.append("     terms: " + _term_line(c["terms"]))

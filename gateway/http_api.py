@@ -20,6 +20,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.chain.hop import HOP_HEADERS
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
+from gateway.objectives import OBJECTIVE_HEADER
+from gateway.objectives import apply as apply_objective
 from gateway.relay import Relay
 from gateway.signals.outlier import FailureKind
 from gateway.sse import comment
@@ -87,6 +89,9 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
             origin=client.origin,
             known_models=relay.known_models,
             received_at=received_at,
+        )
+        inbound = apply_objective(
+            inbound, relay.config.objectives, request.headers.get(OBJECTIVE_HEADER)
         )
         model_label = inbound.model
         streams = relay.config.streams

@@ -29,6 +29,8 @@ from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
+from gateway.objectives import ObjectiveMetrics
+from gateway.objectives import timing_entries as objective_entries
 from gateway.observability.observer import RequestObserver
 from gateway.observability.record import RequestRecord
 from gateway.placement import UNRESTRICTED
@@ -56,6 +58,7 @@ class Relay:
         self.retry_after = RetryAfterTable(state.config.retry.max_retry_after_s)
         self.observed_ttft = ObservedTtft()  # the hedge delay for policies that predict none
         self._hub_metrics = HubMetrics(state.hub_registry)
+        self.objective_metrics = ObjectiveMetrics(metrics.registry)
         metrics.registry.register(self._hub_metrics)
         self.observer = RequestObserver(state.config.logging)
 
@@ -180,6 +183,7 @@ class Relay:
         self.drain.opened(timer, opened)
         self._count_extra(walk)
         self._stamp(opened, walk, number, route_ms, decision.policy)
+        opened.entries.extend(objective_entries(decision, profile))
         opened.hop = hop
         chain.stamp(opened.entries, hop, opened.route.backend)
         return opened
@@ -279,6 +283,7 @@ class Relay:
         stats = opened.stats
         tokens = opened.output_tokens()
         self.metrics.output_tokens.labels(name).inc(tokens)
+        self.objective_metrics.finish(inbound, opened, state.config.objectives)
         self.metrics.e2e.labels(name).observe(now - inbound.received_at)
         itl_hist = self.metrics.itl.labels(name)
         for gap in stats.gaps_ms:

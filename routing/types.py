@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from routing.prefix import DEFAULT_BLOCK_TOKENS
+from routing.price import Price
 
 
 class BackendKind(StrEnum):
@@ -43,6 +44,7 @@ class BackendSpec:
     cold_start_ms: float = 0.0
     idle_timeout_s: float | None = None  # serverless scale-to-zero; None = always warm
     weight: float = 1.0
+    price: Price | None = None  # what a request costs here (routing.cost); None: nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,10 @@ class RequestProfile:
     # candidates in these regions; shown as ``placement`` in the reasons. The gateway resolves
     # its per-tenant / per-origin region preferences into this.
     region_penalty_ms: Mapping[str, float] = field(default_factory=dict, hash=False)
+    # The request's TTFT objective (ms, met when the predicted p90 is within it) and the class
+    # it came from (tenant class or the allowed header), for ``slo_cost`` and early rejection.
+    ttft_objective_ms: float | None = None
+    objective_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,7 @@ class Candidate:
     cached_tokens: int = 0  # prompt tokens the prefix index expects this backend to hold
     term_age_s: Mapping[str, float] = field(default_factory=dict)  # age of each term's signal
     term_spread_ms: Mapping[str, float] = field(default_factory=dict)  # 1-sigma per term
+    expected_cost: float | None = None  # this request's expected cost here (cost policies)
 
 
 @dataclass(frozen=True, slots=True)

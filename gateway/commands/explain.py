@@ -39,6 +39,7 @@ from gateway.explain import (
 )
 from gateway.fleet import build_signal_hub
 from gateway.inbound import tenant_from
+from gateway.objectives import OBJECTIVE_HEADER, with_objective
 from gateway.signals.hub import SignalHub
 from routing.policies import build_router
 
@@ -55,6 +56,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--origin", help="client region name, or client IP to locate with GeoIP")
     parser.add_argument("--tenant", default="default")
     parser.add_argument("--max-tokens", type=int)
+    parser.add_argument(
+        "--objective-ms", help="the request's p90 TTFT objective (sent as the objective header)"
+    )
     parser.add_argument("--settle-s", type=float, default=5.0, help="bound on the first probes")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser.parse_args(argv)
@@ -100,6 +104,7 @@ async def _explain_from_config(args: argparse.Namespace, body: bytes) -> dict[st
         regions = known_regions(hub, [r.name for r in config.regions])
         origin, geo = resolve_origin(hub, args.origin, regions)
         profile = build_profile(body, tenant_from(args.tenant), origin, frozenset(config.models()))
+        profile = with_objective(profile, config.objectives.force_header(), args.objective_ms)
         return explain_report(router, hub, profile, geo)
     finally:
         await hub.stop()
@@ -111,8 +116,9 @@ async def _explain_from_gateway(args: argparse.Namespace, body: bytes) -> dict[s
         params["origin"] = args.origin
     url = args.url.rstrip("/") + EXPLAIN_PATH
     timeout = aiohttp.ClientTimeout(total=max(args.settle_s, 1.0))
+    headers = {} if args.objective_ms is None else {OBJECTIVE_HEADER: args.objective_ms}
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.post(url, data=body, params=params) as response:
+        async with session.post(url, data=body, params=params, headers=headers) as response:
             payload = await response.read()
             if response.status != 200:
                 raise ApiError(response.status, payload.decode(errors="replace")[:500])

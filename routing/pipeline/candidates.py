@@ -74,6 +74,13 @@ def build_candidates(
     view: FleetView, rows: Rows, order: list[int], scores: Scores, among: int
 ) -> tuple[Candidate, ...]:
     """Candidates for ``order`` (positions into ``rows``; the chosen one first)."""
+    built = _build(view, rows, order, scores, among)
+    return built if scores.annotate is None else scores.annotate(built, order)
+
+
+def _build(
+    view: FleetView, rows: Rows, order: list[int], scores: Scores, among: int
+) -> tuple[Candidate, ...]:
     pred = scores.prediction
     if pred is None:
         return _plain(view, rows, order, scores, among)

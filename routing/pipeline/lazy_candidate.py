@@ -71,6 +71,7 @@ class LazyCandidate(Candidate):
         put(self, "predicted_ttft_ms", inputs.ttft_ms)
         put(self, "predicted_e2e_ms", e2e_ms)
         put(self, "cached_tokens", cached_tokens)
+        put(self, "expected_cost", None)
         put(self, "_inputs", inputs)
         put(self, "_context", context)
         put(self, "_details", None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -11,7 +11,10 @@ from routing.fleet_view import F64, FleetView, Rows
 from routing.load import LoadColumns
 from routing.predictor import Prediction
 from routing.prefix_index import PurgeProgress
-from routing.types import Observation, RequestProfile
+from routing.types import Candidate, Observation, RequestProfile
+
+# Adds what a policy knows beyond the prediction to its ranked candidates (positions: ``order``).
+Annotate = Callable[[tuple[Candidate, ...], Sequence[int]], tuple[Candidate, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,7 @@ class Scores:
     basis: str  # what the values are, for humans: "predicted TTFT (ms)"
     prediction: Prediction | None = None
     mode: str = ""  # which branch of a policy decided, e.g. "cache affinity"
+    annotate: Annotate | None = None
 
 
 class Scorer(Protocol):

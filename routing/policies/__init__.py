@@ -27,6 +27,7 @@ from routing.policies import (
     predicted_ttft,
     random_choice,
     round_robin,
+    slo_cost,
 )
 from routing.policies.oracle import OracleTruth
 from routing.policies.params import CommonParams
@@ -44,6 +45,7 @@ POLICIES: Mapping[str, tuple[type[CommonParams], _Builder]] = {
     "latency_ewma": (latency_ewma.LatencyEwmaParams, latency_ewma.build),
     "cache_aware": (cache_aware.CacheAwareParams, cache_aware.build),
     "llm_d": (llm_d.LlmDParams, llm_d.build),
+    "slo_cost": (slo_cost.SloCostParams, slo_cost.build),
 }
 SIMULATION_ONLY = ("oracle",)
 

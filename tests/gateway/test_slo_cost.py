@@ -1,0 +1,157 @@
+"""``slo_cost`` through a real gateway: objectives from the header or the tenant's class, the
+Server-Timing entries that explain the choice, spend and attainment metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.app import RunningGateway
+from gateway.config import ConfigError, GatewayConfig, parse_config
+from gateway.objectives import OBJECTIVE_HEADER
+from gateway.state_keys import METRICS
+from gateway.timing import parse
+from tests.gateway.support import MODEL, EmulatorFactory, GatewayFactory
+
+CHAT = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 4,
+    "stream": True,
+}
+LOCAL_PRICE = {"prompt_per_mtok": 3.0, "completion_per_mtok": 15.0}
+REMOTE_PRICE = {"prompt_per_mtok": 0.5, "completion_per_mtok": 1.5}
+REMOTE_RTT_MS = 120.0
+
+
+def _config(urls: dict[str, str], **extra: Any) -> GatewayConfig:
+    prices = {"us-east": LOCAL_PRICE, "eu-west": REMOTE_PRICE}
+    return parse_config(
+        {
+            "region": "us-east",
+            "regions": [
+                {"name": "us-east", "rtt_ms": 1},
+                {"name": "eu-west", "rtt_ms": REMOTE_RTT_MS},
+            ],
+            "backends": [
+                {
+                    "name": name,
+                    "region": name,
+                    "url": url + "/v1",
+                    "models": [MODEL],
+                    "price": prices[name],
+                }
+                for name, url in urls.items()
+            ],
+            "routing": {"policy": "slo_cost"},
+            "objectives": {
+                "classes": {"interactive": {"ttft_ms": 60}, "batch": {"ttft_ms": 5000}},
+                "tenants": {"nightly": "batch"},
+                "default_class": "interactive",
+                "header": {"allow": True, "min_ms": 10, "max_ms": 60000},
+            },
+            **extra,
+        },
+        "<test>",
+    )
+
+
+async def _send(url: str, headers: dict[str, str]) -> tuple[int, str, dict[str, Any], bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/v1/chat/completions", json=CHAT, headers=headers) as response,
+    ):
+        body = await response.read()
+        timing = {e.name: e for e in parse(response.headers.get("Server-Timing", ""))}
+        return response.status, response.headers.get("X-Meridian-Route", ""), timing, body
+
+
+async def _fleet(emulator: EmulatorFactory, gateway: GatewayFactory) -> RunningGateway:
+    local = await emulator("us-east")
+    remote = await emulator("eu-west", rtt_ms=REMOTE_RTT_MS)
+    return await gateway(_config({"us-east": local.url, "eu-west": remote.url}))
+
+
+async def _counted(running: RunningGateway, name: str, labels: dict[str, str]) -> float:
+    """The counter once the request's end was booked (the client may read the last byte
+    before the gateway's book-keeping ran): waits on the counter itself, never on a clock."""
+    registry = running.app[METRICS].registry
+    for _ in itertools.count():
+        if value := registry.get_sample_value(name, labels):
+            return value
+        await asyncio.sleep(0.01)
+    raise AssertionError("unreachable")
+
+
+async def test_a_loose_objective_goes_to_the_cheaper_region(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    running = await _fleet(emulator, gateway)
+    status, route, timing, _ = await _send(running.url, {"X-Meridian-Tenant": "nightly"})
+    assert status == 200 and "backend=eu-west" in route
+    objective = timing["objective"]
+    assert objective.dur_ms == 5000 and objective.desc is not None
+    assert "class=batch chosen=eu-west" in objective.desc and "expected cost" in objective.desc
+    assert timing["slo.eu-west"].desc is not None and "meets" in timing["slo.eu-west"].desc
+    assert timing["slo.us-east"].desc is not None and "cost=" in timing["slo.us-east"].desc
+    spend = {"tenant": "nightly", "model": MODEL, "backend": "eu-west"}
+    assert await _counted(running, "meridian_spend_total", spend) > 0
+    met = {"class": "batch", "outcome": "met"}
+    assert await _counted(running, "meridian_objective_requests_total", met) == 1
+
+
+async def test_a_tight_objective_from_the_class_forces_the_local_one(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    running = await _fleet(emulator, gateway)
+    status, route, timing, _ = await _send(running.url, {"X-Meridian-Tenant": "someone"})
+    assert status == 200 and "backend=us-east" in route
+    assert timing["objective"].dur_ms == 60
+    assert "misses" in (timing["slo.eu-west"].desc or "")
+    spend = {"tenant": "other", "model": MODEL, "backend": "us-east"}
+    assert await _counted(running, "meridian_spend_total", spend) > 0
+
+
+async def test_the_header_overrides_the_class_within_bounds(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    running = await _fleet(emulator, gateway)
+    status, route, timing, _ = await _send(running.url, {OBJECTIVE_HEADER: "3000"})
+    assert status == 200 and "backend=eu-west" in route
+    assert "class=header" in (timing["objective"].desc or "")
+    status, _, _, body = await _send(running.url, {OBJECTIVE_HEADER: "999999"})
+    assert status == 400 and b"invalid_objective" in body and b"between 10 and 60000" in body
+    status, _, _, body = await _send(running.url, {OBJECTIVE_HEADER: "soon"})
+    assert status == 400 and b"invalid_objective" in body
+
+
+async def test_explain_shows_the_objective_and_every_cost(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    running = await _fleet(emulator, gateway)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            running.url + "/v1/meridian/route", json=CHAT, headers={OBJECTIVE_HEADER: "3000"}
+        ) as response,
+    ):
+        assert response.status == 200
+        report = await response.json()
+    assert report["profile"]["ttft_objective_ms"] == 3000
+    assert report["profile"]["objective_class"] == "header"
+    assert report["chosen"] == "eu-west"
+    costs = {c["backend"]: c["expected_cost"] for c in report["candidates"]}
+    assert 0 < costs["eu-west"] < costs["us-east"]
+
+
+def test_objective_classes_must_exist() -> None:
+    with pytest.raises(ConfigError, match=r"objectives: .*tenants.acme: class 'gold' is not in"):
+        _config({"us-east": "http://h"}, objectives={"tenants": {"acme": "gold"}})
+    with pytest.raises(ConfigError, match="min_ms"):
+        _config({"us-east": "http://h"}, objectives={"header": {"min_ms": 5, "max_ms": 1}})
+    with pytest.raises(ConfigError, match="reserved"):
+        _config({"us-east": "http://h"}, objectives={"classes": {"header": {"ttft_ms": 1}}})
