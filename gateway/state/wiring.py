@@ -83,6 +83,10 @@ class SharedState:
         if recorder is None:
             log.info("routing policy %s keeps no prefix index: nothing to share", router.name)
         self.feeder.recorder = recorder
+        if not self.shared_between_replicas:
+            # A store private to this process has no other reader: sharing would only keep
+            # every prefix block twice more (local view and store) beside the router's index.
+            return router
         return SharedPrefixRouter(router, self.sync)
 
     def health(self) -> StateHealth:
