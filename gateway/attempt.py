@@ -97,7 +97,10 @@ async def run_attempt(
     try:
         async with asyncio.timeout(first_token_s):
             response = await state.pool[name].post(
-                ctx.inbound.endpoint.path, ctx.inbound.body, ctx.forward_headers, timing
+                ctx.inbound.endpoint.path,
+                ctx.inbound.body_for(state.known_models, name),
+                ctx.forward_headers,
+                timing,
             )
             if response.status != 200:
                 return await _status_failure(ctx, name, response)

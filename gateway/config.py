@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from gateway.chain.config import ChainConfig
+from gateway.model_names import check_aliases
 from gateway.objectives import ObjectivesConfig
 from gateway.observability.config import LoggingConfig
 from gateway.placement import PlacementConfig
@@ -103,6 +104,12 @@ class BackendConfig(_Strict):
     url: AnyHttpUrl
     engine: Engine = "vllm"
     models: Annotated[list[str], Field(min_length=1)]
+    model_ids: dict[str, str] = Field(
+        default_factory=dict,
+        description="What this backend calls each public model, where it differs: public name "
+        "(as in 'models') -> the backend's own model id (llama-server's .gguf path, vLLM's "
+        "--served-model-name). The request body's 'model' is rewritten only for these.",
+    )
     api_key: SecretRef | None = None
     capacity: CapacityConfig = CapacityConfig()
     max_connections: Annotated[int, Field(ge=1)] = 1024
@@ -111,6 +118,16 @@ class BackendConfig(_Strict):
     price: PriceConfig | None = Field(
         default=None, description="what requests cost here (slo_cost)"
     )
+
+    @model_validator(mode="after")
+    def _model_ids_name_served_models(self) -> BackendConfig:
+        unknown = sorted(set(self.model_ids) - set(self.models))
+        if unknown:
+            raise ValueError(
+                f"model_ids names models this backend does not list in 'models': "
+                f"{', '.join(unknown)}"
+            )
+        return self
 
     @field_validator("url")
     @classmethod
@@ -267,6 +284,11 @@ class GatewayConfig(_Strict):
     listen: ListenConfig = ListenConfig()
     regions: list[RegionConfig] = Field(default_factory=list)
     backends: Annotated[list[BackendConfig], Field(min_length=1)]
+    model_aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="More names for a public model: alias -> a name some backend lists in "
+        "'models'. Requests by alias route, log and count as that model.",
+    )
     routing: RoutingConfig = RoutingConfig()
     timeouts: TimeoutsConfig = TimeoutsConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -316,6 +338,7 @@ class GatewayConfig(_Strict):
                 f"signals.geo.default_origin {geo.default_origin!r} is not in 'regions' "
                 f"({', '.join(sorted(known)) or 'none configured'})"
             )
+        check_aliases(self.model_aliases, {m for b in self.backends for m in b.models})
         try:
             build_router(self.routing.policy, self.routing.params, self.routing.seed)
         except RoutingError as exc:
@@ -323,7 +346,8 @@ class GatewayConfig(_Strict):
         return self
 
     def models(self) -> list[str]:
-        return sorted({m for b in self.backends for m in b.models})
+        """Every name clients may ask for: the backends' public names and their aliases."""
+        return sorted({m for b in self.backends for m in b.models} | set(self.model_aliases))
 
 
 class ConfigError(Exception):

@@ -30,6 +30,7 @@ from aiohttp import web
 from gateway.errors import ApiError, bad_request
 from gateway.fleet import FleetView
 from gateway.inbound import Endpoint, parse_inbound, tenant_from
+from gateway.model_names import ModelNames
 from gateway.objectives import OBJECTIVE_HEADER, with_objective
 from gateway.signals.forwarded import parse_ip
 from gateway.signals.geo import ClientGeo
@@ -213,7 +214,7 @@ def endpoint_of(body: bytes) -> Endpoint:
 
 
 def build_profile(
-    body: bytes, tenant: str, origin: str | None, known_models: frozenset[str]
+    body: bytes, tenant: str, origin: str | None, known_models: ModelNames | frozenset[str]
 ) -> RequestProfile:
     inbound = parse_inbound(
         endpoint_of(body),

@@ -18,6 +18,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.chain.hop import HOP_HEADERS
+from gateway.doors import add_door_routes
+from gateway.doors.models import model_object
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
 from gateway.objectives import OBJECTIVE_HEADER
@@ -262,10 +264,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def list_models(request: web.Request) -> web.Response:
     config = request.app[RELAY].config
-    data = [
-        {"id": model, "object": "model", "created": 0, "owned_by": "meridian"}
-        for model in config.models()
-    ]
+    data = [model_object(model) for model in config.models()]
     return web.json_response(
         {"object": "list", "data": data}, dumps=lambda o: orjson.dumps(o).decode()
     )
@@ -302,6 +301,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", list_models)
+    add_door_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)

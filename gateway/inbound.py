@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import ApiError, bad_request, model_not_found
+from gateway.model_names import ModelNames, body_for_backend
 from routing.errors import RoutingError
 from routing.prefix import DEFAULT_BLOCK_TOKENS
 from routing.profile import profile_from_chat, profile_from_completion
@@ -38,7 +39,7 @@ class Endpoint(StrEnum):
 class InboundRequest:
     endpoint: Endpoint
     body: bytes
-    model: str
+    model: str  # the public model name (an alias resolved): what routing, logs, metrics see
     stream: bool
     include_usage: bool
     max_tokens: int | None
@@ -46,6 +47,12 @@ class InboundRequest:
     tenant: str
     profile: RequestProfile
     received_at: float  # time.perf_counter() when the request arrived
+    client_model: str = ""  # the name as the client sent it, when an alias (else == model)
+
+    def body_for(self, names: ModelNames, backend: str) -> bytes:
+        """The body as ``backend`` must receive it: ``model`` set to its own id."""
+        sent = self.client_model or self.model
+        return body_for_backend(self.body, sent, names.upstream_id(backend, self.model))
 
 
 def request_id_from(candidate: str | None) -> str:
@@ -103,7 +110,7 @@ def parse_inbound(
     request_id: str,
     tenant: str,
     origin: str | None,
-    known_models: frozenset[str],
+    known_models: ModelNames | frozenset[str],
     received_at: float,
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> InboundRequest:
@@ -138,6 +145,10 @@ def parse_inbound(
         _check_prompt(payload.get("prompt"))
     if model not in known_models:
         raise model_not_found(model)
+    client_model = model
+    if isinstance(known_models, ModelNames):
+        model = known_models.public[model]
+        payload["model"] = model  # the profile (prefix hashes, routing key) uses the public name
     make_profile = profile_from_chat if endpoint is Endpoint.CHAT else profile_from_completion
     try:
         profile = make_profile(payload, tenant, origin, block_tokens)
@@ -155,6 +166,7 @@ def parse_inbound(
         tenant=tenant,
         profile=profile,
         received_at=received_at,
+        client_model=client_model if client_model != model else "",
     )
 
 

@@ -29,6 +29,7 @@ from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
+from gateway.model_names import ModelNames
 from gateway.objectives import ObjectiveMetrics
 from gateway.objectives import timing_entries as objective_entries
 from gateway.observability.observer import RequestObserver
@@ -85,7 +86,7 @@ class Relay:
         return self._state.fleet
 
     @property
-    def known_models(self) -> frozenset[str]:
+    def known_models(self) -> ModelNames:
         return self._state.known_models
 
     def swap(self, state: RelayState) -> RelayState:

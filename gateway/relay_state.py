@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from gateway.admission import Admission
 from gateway.config import GatewayConfig, HedgingConfig
 from gateway.fleet import build_signal_hub
+from gateway.model_names import ModelNames
 from gateway.retry_budget import RetryBudget
 from gateway.signals.hub import SignalHub
 from gateway.upstream import UpstreamPool
@@ -87,7 +88,9 @@ class RelayState:
     admission: Admission
     builders: Builders = Builders()
     specs: Mapping[str, BackendSpec] = field(default_factory=dict)
-    known_models: frozenset[str] = frozenset()
+    known_models: ModelNames = field(
+        default_factory=ModelNames
+    )  # accepted names -> public names (aliases)
     policies: Mapping[LatencyClass, ClassPolicy] = field(default_factory=dict)
     active: int = 0  # requests that started on this state and have not finished
     _idle: asyncio.Event | None = None
@@ -162,7 +165,7 @@ def build_state(
         admission=admission,
         builders=builders,
         specs={b.name: b.spec() for b in config.backends},
-        known_models=frozenset(config.models()),
+        known_models=ModelNames.from_config(config),
         policies=class_policies(config),
     )
 

@@ -39,6 +39,7 @@ from gateway.explain import (
 )
 from gateway.fleet import build_signal_hub
 from gateway.inbound import tenant_from
+from gateway.model_names import ModelNames
 from gateway.objectives import OBJECTIVE_HEADER, with_objective
 from gateway.signals.hub import SignalHub
 from routing.policies import build_router
@@ -103,7 +104,9 @@ async def _explain_from_config(args: argparse.Namespace, body: bytes) -> dict[st
         hub.tick()
         regions = known_regions(hub, [r.name for r in config.regions])
         origin, geo = resolve_origin(hub, args.origin, regions)
-        profile = build_profile(body, tenant_from(args.tenant), origin, frozenset(config.models()))
+        profile = build_profile(
+            body, tenant_from(args.tenant), origin, ModelNames.from_config(config)
+        )
         profile = with_objective(profile, config.objectives.force_header(), args.objective_ms)
         return explain_report(router, hub, profile, geo)
     finally:
