@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test setup lint typecheck coverage unit bench clean
 
 $(STAMP): pyproject.toml
+	@PYTHON=$(PYTHON) sh scripts/check_prereqs.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
@@ -16,8 +17,9 @@ setup: $(STAMP)
 	bash scripts/install_redis.sh
 
 ## Run the embedded default: the gateway in front of an emulated three-region fleet.
+## `make run PORT=9090` listens elsewhere; `CONFIG=my-gateway.yaml` serves your own config.
 run: $(STAMP)
-	$(BIN)/meridian serve
+	$(BIN)/meridian serve $(if $(PORT),--port $(PORT)) $(if $(CONFIG),--config $(CONFIG))
 
 ## Install everything the tests need, then lint, type-check and run the whole suite.
 test: setup lint typecheck coverage unit

@@ -125,7 +125,11 @@ async def start_gateway(
     await runner.setup()
     bind_host = host or config.listen.host
     site = web.TCPSite(runner, bind_host, config.listen.port if port is None else port)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:  # a port in use: close what setup() opened (upstream sessions)
+        await runner.cleanup()
+        raise
     server = site._server
     assert server is not None
     sockets = getattr(server, "sockets", None) or []

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 
@@ -28,6 +29,19 @@ from gateway.reload import Reloader
 from gateway.state_keys import RELAY
 
 log = logging.getLogger("meridian.serve")
+
+
+class ListenError(Exception):
+    """The listening socket could not be opened (a port in use, an address not on this host)."""
+
+
+async def _start(config: GatewayConfig, host: str | None, port: int | None) -> RunningGateway:
+    try:
+        return await start_gateway(config, host, port)
+    except OSError as exc:
+        where = f"{host or config.listen.host}:{config.listen.port if port is None else port}"
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {where}: {reason}") from exc
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -79,7 +93,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
             config = await stack.enter_async_context(start_embedded_fleet())
         log_format.install(args.log_level, config.logging.format, sys.stderr)
-        gateway = await start_gateway(config, args.host, args.port)
+        gateway = await _start(config, args.host, args.port)
         stack.push_async_callback(gateway.close)
         if args.config:
             reloader = Reloader(gateway.app[RELAY], args.config)
@@ -109,4 +123,10 @@ def main(argv: list[str]) -> int:
             return runner.run(_serve(args))
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
+        return 1
+    except ListenError as exc:
+        print(
+            f"meridian serve: {exc} (choose another with --port, or PORT=... make run)",
+            file=sys.stderr,
+        )
         return 1

@@ -5,8 +5,9 @@
         --slo-ttft-ms 500 --slo-itl-p99-ms 60
     meridian bench compare out/run1/report.json out/run2/report.json
 
-Exit status: 0 when at least one request succeeded, 1 when none did, 2 for bad arguments or a
-bad workload file.
+Exit status: 0 when at least one request succeeded; 1 when none did (said on stderr with the
+error counts, and no plots are drawn) or when the server's ``/v1/models`` does not list the
+workload's model; 2 for bad arguments or a bad workload file.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from loadtests.bench.compare import CompareError, format_comparison, load_report
 from loadtests.bench.output import format_table, write_outputs
+from loadtests.bench.preflight import all_failed, model_problem
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.stats import Slo
@@ -108,13 +110,19 @@ def main(argv: list[str]) -> int:
     except WorkloadError as error:
         print(f"meridian bench: {error}", file=sys.stderr)
         return 2
+    problem = run_fast(model_problem(args.url, workload.model))
+    if problem is not None:
+        print(f"meridian bench: {problem}", file=sys.stderr)
+        return 1
     options = BenchOptions(max_connections=args.max_connections, progress=not args.no_progress)
     result = run_fast(run_bench(args.url, workload, options))
     report = summarize(result, Slo(ttft_ms=args.slo_ttft_ms, itl_p99_ms=args.slo_itl_p99_ms))
     print(format_table(report))
+    if report.ok == 0:
+        print(f"meridian bench: {all_failed(report.requests, report.errors)}", file=sys.stderr)
     if args.out is not None:
         written = write_outputs(result, report, args.out)
-        if not args.no_plots:
+        if not args.no_plots and report.ok > 0:
             from loadtests.bench.plots import write_plots  # matplotlib is slow to import
 
             written += write_plots(result, args.out)
