@@ -11,6 +11,7 @@ import pytest
 
 from loadtests.bench import run_bench, summarize
 from loadtests.bench.workload import parse_workload
+from tests.bench.emulate_process import emulate, meridian
 
 ENGINE = {
     "decode_base_ms": 5,
@@ -34,24 +35,16 @@ populations:
 """
 
 
-def _meridian(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gateway.cli", *args]
+_meridian = meridian
 
 
 @pytest.fixture
 def emulator_url() -> Iterator[str]:
-    argv = _meridian("emulate", "--backend", "e2e", "--model", "emulated-model")
+    argv = ["--backend", "e2e", "--model", "emulated-model"]
     for key, value in ENGINE.items():
         argv += ["--engine", f"{key}={value}"]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        lines = [orjson.loads(process.stdout.readline()) for _ in range(2)]
-        assert lines[1] == {"ready": True}
-        yield lines[0]["url"]
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with emulate(*argv) as url:
+        yield url
 
 
 def test_bench_run_writes_report_csv_and_plots_then_compares(emulator_url, tmp_path):
