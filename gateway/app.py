@@ -14,6 +14,7 @@ from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
 from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
+from gateway.loop_health import loop_health_ctx
 from gateway.metrics import GatewayMetrics
 from gateway.prefix_expiry import prefix_expiry_ctx
 from gateway.relay import Relay
@@ -80,6 +81,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     # Starts before the hub, stops after it; the state route follows the hub a reload swaps in.
     install_shared_state(app, shared, lambda: relay.fleet)
     app.cleanup_ctx.append(signals)
+    app.cleanup_ctx.append(loop_health_ctx(metrics.registry))
     app.cleanup_ctx.append(
         prefix_expiry_ctx(
             lambda: relay.router, config.routing.prefix_sweep_interval_s, metrics.registry
