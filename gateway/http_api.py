@@ -22,7 +22,6 @@ from gateway.doors import add_door_routes
 from gateway.doors.models import model_object
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
-from gateway.objectives import OBJECTIVE_HEADER
 from gateway.objectives import apply as apply_objective
 from gateway.relay import Relay
 from gateway.signals.outlier import FailureKind
@@ -92,9 +91,7 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
             known_models=relay.known_models,
             received_at=received_at,
         )
-        inbound = apply_objective(
-            inbound, relay.config.objectives, request.headers.get(OBJECTIVE_HEADER)
-        )
+        inbound = apply_objective(inbound, relay.config.objectives, request.headers)
         model_label = inbound.model
         streams = relay.config.streams
         forward = _forward_headers(request, request_id)

@@ -9,6 +9,7 @@ bounds is a 400), its tenant's class, the default class. Configuration::
       tenants: {acme: interactive, nightly: batch}
       default_class: interactive          # optional
       header: {allow: true, min_ms: 50, max_ms: 60000}
+      early_rejection: {quantile: 0.9, grpc_deadline: true, header: {allow: true}}
 
 Metrics: ``meridian_objective_requests{class, outcome=met|missed}`` counts streamed requests by
 whether their first token came within the objective (from arrival at the gateway);
@@ -17,19 +18,26 @@ whether their first token came within the objective (from arrival at the gateway
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated
 
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.errors import bad_request
+from gateway.early_rejection import (
+    DEADLINE_HEADER,
+    EarlyRejectionConfig,
+    deadline_s,
+    refuse_if_unmeetable,
+)
+from gateway.errors import ApiError
+from gateway.header_bounds import HeaderBounds
 from gateway.inbound import InboundRequest
 from gateway.pricing import OTHER_TENANT, SpendMetrics
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
-from routing.types import Decision, RequestProfile
+from routing.types import Decision, PolicyRouter, RequestProfile
 
 OBJECTIVE_HEADER = "X-Meridian-TTFT-Objective-Ms"
 HEADER_CLASS = "header"  # the class label of objectives set by the header
@@ -43,22 +51,11 @@ class ObjectiveClass(_Strict):
     ttft_ms: Annotated[float, Field(gt=0)] = Field(
         description="p90 time-to-first-token objective (ms) of requests in this class"
     )
-
-
-class ObjectiveHeader(_Strict):
-    allow: bool = Field(default=False, description=f"honour the {OBJECTIVE_HEADER} request header")
-    min_ms: Annotated[float, Field(gt=0)] = Field(
-        default=50.0, description="lowest objective it may ask"
+    reject_if_unmeetable: bool = Field(
+        default=False,
+        description="the objective is also a deadline: refuse at once (503) when no backend "
+        "is predicted to meet it (gateway/early_rejection.py)",
     )
-    max_ms: Annotated[float, Field(gt=0)] = Field(
-        default=600_000.0, description="highest objective it may ask"
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ObjectiveHeader:
-        if self.min_ms > self.max_ms:
-            raise ValueError(f"min_ms ({self.min_ms:g}) is above max_ms ({self.max_ms:g})")
-        return self
 
 
 class ObjectivesConfig(_Strict):
@@ -69,7 +66,10 @@ class ObjectivesConfig(_Strict):
         default_factory=dict, description="tenant (X-Meridian-Tenant) -> class name"
     )
     default_class: str | None = Field(default=None, description="class of tenants not listed")
-    header: ObjectiveHeader = ObjectiveHeader()
+    header: HeaderBounds = Field(
+        default=HeaderBounds(), description=f"the {OBJECTIVE_HEADER} request header"
+    )
+    early_rejection: EarlyRejectionConfig = EarlyRejectionConfig()
 
     @model_validator(mode="after")
     def _known_classes(self) -> ObjectivesConfig:
@@ -92,40 +92,53 @@ class ObjectivesConfig(_Strict):
     def resolve(self, tenant: str, header: str | None) -> tuple[float | None, str | None]:
         """(objective ms, class) for a request; raises a 400 ``ApiError`` for a bad header."""
         if header is not None and self.header.allow:
-            return _header_objective(header, self.header), HEADER_CLASS
+            return self.header.milliseconds(
+                header, OBJECTIVE_HEADER, "invalid_objective"
+            ), HEADER_CLASS
         name = self.tenants.get(tenant, self.default_class)
         if name is None:
             return None, None
         return self.classes[name].ttft_ms, name
 
-
-def _header_objective(raw: str, bounds: ObjectiveHeader) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (bounds.min_ms <= value <= bounds.max_ms):  # NaN fails too
-        raise bad_request(
-            f"{OBJECTIVE_HEADER} must be a number of milliseconds between "
-            f"{bounds.min_ms:g} and {bounds.max_ms:g}",
-            param=OBJECTIVE_HEADER,
-            code="invalid_objective",
-        )
-    return value
+    def class_deadline_s(self, name: str | None) -> float | None:
+        """The class's objective as a deadline, when it says ``reject_if_unmeetable``."""
+        found = None if name is None else self.classes.get(name)
+        if found is None or not found.reject_if_unmeetable:
+            return None
+        return found.ttft_ms / 1000.0
 
 
 def with_objective(
-    profile: RequestProfile, config: ObjectivesConfig, header: str | None
+    profile: RequestProfile,
+    config: ObjectivesConfig,
+    header: str | None,
+    deadline_header: str | None = None,
+    grpc_timeout_s: float | None = None,
 ) -> RequestProfile:
+    """``profile`` with its objective and first-token deadline (``deadline_s``)."""
     objective, name = config.resolve(profile.tenant, header)
-    if objective is None:
+    class_deadline = config.class_deadline_s(name)
+    deadline = deadline_s(config.early_rejection, deadline_header, grpc_timeout_s, class_deadline)
+    if objective is None and deadline is None:
         return profile
-    return replace(profile, ttft_objective_ms=objective, objective_class=name)
+    return replace(profile, ttft_objective_ms=objective, objective_class=name, deadline_s=deadline)
 
 
-def apply(inbound: InboundRequest, config: ObjectivesConfig, header: str | None) -> InboundRequest:
-    """``inbound`` with its objective (the door's hook, after parsing)."""
-    profile = with_objective(inbound.profile, config, header)
+def apply(
+    inbound: InboundRequest,
+    config: ObjectivesConfig,
+    headers: Mapping[str, str] | None,
+    grpc_timeout_s: float | None = None,
+) -> InboundRequest:
+    """``inbound`` with its objective and deadline (the door's hook, after parsing)."""
+    headers = headers or {}
+    profile = with_objective(
+        inbound.profile,
+        config,
+        headers.get(OBJECTIVE_HEADER),
+        headers.get(DEADLINE_HEADER),
+        grpc_timeout_s,
+    )
     return inbound if profile is inbound.profile else replace(inbound, profile=profile)
 
 
@@ -158,6 +171,27 @@ class ObjectiveMetrics:
             registry=registry,
         )
         self.spend = SpendMetrics(registry)
+        self.rejected = Counter(
+            "meridian_early_rejections",
+            "Requests refused before any upstream work because no backend was predicted to "
+            "produce the first token within their deadline, by objective class.",
+            ["class"],
+            registry=registry,
+        )
+
+    def refusal(
+        self,
+        router: PolicyRouter,
+        decision: Decision,
+        profile: RequestProfile,
+        config: ObjectivesConfig,
+        received_at: float,
+    ) -> ApiError | None:
+        """The relay's hook between deciding and relaying (``gateway.early_rejection``)."""
+        error = refuse_if_unmeetable(router, decision, profile, config.early_rejection, received_at)
+        if error is not None:
+            self.rejected.labels(profile.objective_class or "none").inc()
+        return error
 
     def finish(
         self, inbound: InboundRequest, opened: OpenedStream, config: ObjectivesConfig

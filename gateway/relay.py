@@ -144,6 +144,11 @@ class Relay:
                 raise loop
             reasons = "; ".join(f"{r.backend}: {r.reason}" for r in decision.rejected)
             raise no_backend(f"no backend can serve model '{inbound.model}' now ({reasons})", 1)
+        metrics = self.objective_metrics  # early rejection: before any upstream work
+        if refused := metrics.refusal(
+            state.router, decision, profile, state.config.objectives, inbound.received_at
+        ):
+            raise refused
         state.budget.on_request()
         ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy)
         walk = record.walk = CandidateWalk(

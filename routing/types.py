@@ -99,6 +99,8 @@ class RequestProfile:
     prefix_hashes: tuple[int, ...] = ()
     max_tokens: int | None = None
     latency_class: LatencyClass = LatencyClass.INTERACTIVE
+    # Seconds from arrival by which the first token must be out (gRPC deadline, an allowed
+    # header, a rejecting objective class); the gateway refuses early when it is out of reach.
     deadline_s: float | None = None
     exclude: frozenset[str] = frozenset()  # backends a previous hop already passed through
     # Data residency: regions this request may be served from (None = any). The gateway

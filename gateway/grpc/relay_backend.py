@@ -31,6 +31,7 @@ from gateway.grpc.backend import (
 )
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
 from gateway.metrics import GatewayMetrics
+from gateway.objectives import apply as apply_objective
 from gateway.relay import Relay
 from gateway.signals.outlier import FailureKind
 from gateway.stream import OpenedStream, StreamBroken
@@ -88,6 +89,9 @@ class RelayBackend:
                 origin=client.origin,
                 known_models=self.relay.known_models,
                 received_at=request.received_at,
+            )
+            inbound = apply_objective(
+                inbound, self.relay.config.objectives, None, request.timeout_s
             )
             model = inbound.model
             forward = {"X-Request-Id": inbound.request_id, **dict(request.forward_metadata)}
