@@ -4,9 +4,14 @@ Chained block hashes make every chain *prefix-closed*: a backend that served blo
 chain also served blocks ``0..i-1`` at the same time or later, and a record refreshes the whole
 chain. So timestamps never increase along a chain, expiry (``ttl_s``) and oldest-first eviction
 keep each backend's set prefix-closed, and "how many leading blocks does backend b hold" is a
-binary search instead of a walk. Across backends, the number of holders of block ``i`` never
-increases with ``i``; bisecting on that count finds every backend's depth with a few dict
-probes per distinct depth, which is what keeps a 100-backend x 250-block lookup cheap.
+binary search instead of a walk. Across backends, the set of holders of block ``i`` only
+shrinks with ``i``; bisecting on it finds every backend's depth with a few dict probes per
+distinct depth, which is what keeps a 100-backend x 250-block lookup cheap.
+
+Holders are a bitmask per block (one bit per backend), not a set: a one-element ``set`` costs
+216 bytes and is tracked by the garbage collector, so two million of them made every entry
+~360 bytes and a full collection take about a second. With masks an entry is ~150 bytes
+(measured: ``docs/memory.md``) and the index holds no container the collector must walk.
 
 Approximate on purpose: the index learns from what this router sent, not from the engines'
 eviction, so ``ttl_s`` should be about how long an engine keeps an idle prefix.
@@ -19,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
-_NOWHERE: frozenset[str] = frozenset()
 _KEEP_FRACTION = 0.75  # compaction keeps the newest 3/4, so it runs at most every n/4 inserts
 
 
@@ -51,8 +55,8 @@ class PrefixIndex:
         self,
         block_tokens: int = 16,
         ttl_s: float = 600.0,
-        max_entries_per_backend: int = 200_000,
-        max_entries_total: int = 2_000_000,
+        max_entries_per_backend: int = 50_000,
+        max_entries_total: int = 1_000_000,
     ) -> None:
         if block_tokens <= 0 or ttl_s <= 0 or max_entries_per_backend <= 0:
             raise ValueError("block_tokens, ttl_s and max_entries_per_backend must be > 0")
@@ -62,7 +66,10 @@ class PrefixIndex:
         self.ttl_s = ttl_s
         self.max_entries_per_backend = max_entries_per_backend
         self.max_entries_total = max_entries_total
-        self._holders: dict[int, set[str]] = {}
+        self._holders: dict[int, int] = {}  # block hash -> bitmask of the backends holding it
+        self._bit: dict[str, int] = {}  # backend -> its bit (a power of two)
+        self._named: dict[int, str] = {}  # bit -> backend
+        self._free_bits: list[int] = []  # bits of forgotten backends, for reuse
         self._seen: dict[str, dict[int, float]] = {}  # backend -> block hash -> last served
         self._total = 0
         self._evicted = 0
@@ -83,13 +90,9 @@ class PrefixIndex:
         if seen is None:
             seen = self._seen[backend] = {}
         held = _held_depth(seen, hashes, None)
-        holders = self._holders
+        holders, bit = self._holders, self._bit_of(backend)
         for block in hashes[held:]:
-            owners = holders.get(block)
-            if owners is None:
-                holders[block] = {backend}
-            else:
-                owners.add(backend)
+            holders[block] = holders.get(block, 0) | bit
         before = len(seen)
         seen.update(zip(hashes, repeat(now)))  # cheaper than dict.fromkeys for long chains
         self._total += len(seen) - before
@@ -107,7 +110,7 @@ class PrefixIndex:
         seen = self._seen.get(backend)
         if seen is None:
             seen = self._seen[backend] = {}
-        holders = self._holders
+        holders, bit = self._holders, self._bit_of(backend)
         changed = 0
         for block, seen_at in blocks.items():
             at = min(seen_at, now)
@@ -115,16 +118,12 @@ class PrefixIndex:
             if at < cutoff or (known is not None and known >= at):
                 continue
             if known is None:
-                owners = holders.get(block)
-                if owners is None:
-                    holders[block] = {backend}
-                else:
-                    owners.add(backend)
+                holders[block] = holders.get(block, 0) | bit
                 self._total += 1
             seen[block] = at
             changed += 1
         if not seen:
-            del self._seen[backend]
+            self._retire(backend)
         elif len(seen) > self.max_entries_per_backend:
             self._shrink(backend, int(self.max_entries_per_backend * _KEEP_FRACTION), now)
         if self._total > self.max_entries_total:
@@ -133,9 +132,10 @@ class PrefixIndex:
 
     def forget(self, backend: str) -> None:
         """Drop everything about ``backend`` (removed from the fleet, or restarted)."""
-        seen = self._seen.pop(backend, None)
-        if seen:
+        seen = self._seen.get(backend)
+        if seen is not None:
             self._drop(backend, seen, list(seen))
+            self._retire(backend)
 
     def purge(self, now: float) -> int:
         """Remove expired entries everywhere, in one go; returns how many. A full index takes
@@ -179,7 +179,7 @@ class PrefixIndex:
             stale = [block for block in batch if seen.get(block, cutoff) < cutoff]
             removed += self._drop(current, seen, stale)
             if not seen:
-                del self._seen[current]
+                self._retire(current)
         self._expired += removed
         return PurgeProgress(scanned, removed, False, self._total)
 
@@ -199,12 +199,14 @@ class PrefixIndex:
         first = self._holders.get(hashes[0])
         if not first:
             return {}
-        depths: dict[str, int] = {}
-        _bisect_depths(self._holders, hashes, 0, first, len(hashes), _NOWHERE, depths)
+        depths: dict[int, int] = {}
+        _bisect_depths(self._holders, hashes, 0, first, len(hashes), 0, depths)
         cutoff = now - self.ttl_s
         tokens = self.block_tokens
         out: dict[str, int] = {}
-        for backend, depth in depths.items():
+        named = self._named
+        for bit, depth in depths.items():
+            backend = named[bit]
             seen = self._seen[backend]
             last = seen.get(hashes[depth - 1])
             if last is None or last < cutoff:
@@ -220,9 +222,8 @@ class PrefixIndex:
 
     def memory_report(self) -> PrefixIndexReport:
         approx = sys.getsizeof(self._holders) + sys.getsizeof(self._seen)
-        approx += sum(sys.getsizeof(owners) for owners in self._holders.values())
         approx += sum(sys.getsizeof(seen) for seen in self._seen.values())
-        approx += len(self._holders) * 32 + self._total * 24  # int keys and float values
+        approx += len(self._holders) * 32  # the 64-bit hash ints (masks of <= 8 bits are cached)
         return PrefixIndexReport(
             entries=self._total,
             distinct_blocks=len(self._holders),
@@ -256,16 +257,33 @@ class PrefixIndex:
             self._shrink(backend, int(len(seen) * share), now)
 
     def _drop(self, backend: str, seen: dict[int, float], blocks: list[int]) -> int:
-        holders = self._holders
+        holders, keep = self._holders, ~self._bit[backend]
         for block in blocks:
             seen.pop(block, None)
-            owners = holders.get(block)
-            if owners is not None:
-                owners.discard(backend)
-                if not owners:
+            mask = holders.get(block)
+            if mask is not None:
+                mask &= keep
+                if mask:
+                    holders[block] = mask
+                else:
                     del holders[block]
         self._total -= len(blocks)
         return len(blocks)
+
+    def _bit_of(self, backend: str) -> int:
+        bit = self._bit.get(backend)
+        if bit is None:
+            bit = self._free_bits.pop() if self._free_bits else 1 << len(self._bit)
+            self._bit[backend] = bit
+            self._named[bit] = backend
+        return bit
+
+    def _retire(self, backend: str) -> None:
+        """``backend`` holds nothing any more: its bit may serve another backend."""
+        del self._seen[backend]
+        bit = self._bit.pop(backend)
+        del self._named[bit]
+        self._free_bits.append(bit)
 
 
 def matching_chain(
@@ -300,22 +318,25 @@ def _held_depth(seen: Mapping[int, float], hashes: Sequence[int], cutoff: float 
 
 
 def _bisect_depths(
-    holders: Mapping[int, set[str]],
+    holders: Mapping[int, int],
     hashes: Sequence[int],
     lo: int,
-    at_lo: set[str] | frozenset[str],
+    at_lo: int,
     hi: int,
-    at_hi: set[str] | frozenset[str],
-    out: dict[str, int],
+    at_hi: int,
+    out: dict[int, int],
 ) -> None:
-    """Fill ``out[backend] = depth`` for backends holding block ``lo`` but not block ``hi``."""
-    if len(at_lo) == len(at_hi):
-        return  # nested sets of equal size are equal: nobody leaves between lo and hi
+    """Fill ``out[bit] = depth`` for backends holding block ``lo`` but not block ``hi``."""
+    if at_lo == at_hi:
+        return  # nobody leaves between lo and hi
     if hi == lo + 1:
-        for backend in at_lo - at_hi:
-            out[backend] = hi
+        left = at_lo & ~at_hi
+        while left:
+            bit = left & -left
+            out[bit] = hi
+            left ^= bit
         return
     mid = (lo + hi) // 2
-    at_mid = holders.get(hashes[mid], _NOWHERE)
+    at_mid = holders.get(hashes[mid], 0)
     _bisect_depths(holders, hashes, lo, at_lo, mid, at_mid, out)
     _bisect_depths(holders, hashes, mid, at_mid, hi, at_hi, out)

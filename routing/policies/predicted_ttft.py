@@ -35,8 +35,10 @@ class PredictedTTFTParams(CommonParams):
     margin_rel: float = Field(default=0.03, ge=0, description="...or this fraction of the best")
     block_tokens: int = Field(default=16, gt=0, description="must match the profiles' block size")
     prefix_ttl_s: float = Field(default=600.0, gt=0)
-    prefix_max_entries_per_backend: int = Field(default=200_000, gt=0)
-    prefix_max_entries_total: int = Field(default=2_000_000, gt=0)
+    # ~145 bytes an entry (docs/memory.md): 7 MB per backend, 145 MB in all at the bounds. 50k
+    # blocks of 16 tokens is 800k tokens, more KV cache than an 80 GB engine holds.
+    prefix_max_entries_per_backend: int = Field(default=50_000, gt=0)
+    prefix_max_entries_total: int = Field(default=1_000_000, gt=0)
     same_region_rtt_ms: float = Field(default=1.0, ge=0)
     unknown_rtt_ms: float = Field(default=100.0, ge=0)
     default_output_tokens: int = Field(default=256, gt=0)
