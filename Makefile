@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+## Debian tools the tests drive: redis-server (shared state), promtool (metrics and rules).
 setup: $(STAMP)
-	bash scripts/install_redis.sh
+	sh scripts/install_debian_packages.sh redis-server=redis-server redis-cli=redis-tools \
+		promtool=prometheus
 
 ## Run the embedded default: the gateway in front of an emulated three-region fleet.
 ## `make run PORT=9090` listens elsewhere; `CONFIG=my-gateway.yaml` serves your own config.

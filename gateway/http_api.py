@@ -207,6 +207,7 @@ async def _relay_stream(
     """Write the stream; returns how it failed (None when complete)."""
     safety = request.app[RELAY].safety
     writer.track_upstream(opened.buffered_bytes)
+    safety.stream_started(writer)
     try:
         if writer.started:  # early headers: the route is known only now
             await writer.write(comment("meridian-route " + opened.route.header()))
@@ -235,7 +236,7 @@ async def _relay_stream(
     except _CLIENT_GONE:
         return FailureKind.CANCELLED
     finally:
-        safety.observe_stream_buffer(writer.max_buffered)
+        safety.stream_ended(writer)
     raise AssertionError("all_events() ends at [DONE] or raises StreamBroken")
 
 

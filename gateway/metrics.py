@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-_LATENCY_BUCKETS = (
+LATENCY_BUCKETS = (
     0.005,
     0.01,
     0.025,
@@ -31,6 +31,9 @@ _LATENCY_BUCKETS = (
     80.0,
 )
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
+# What operators filter latency and tokens by; every value is one the config names, or "other"
+# (gateway/observability/labels.py).
+ROUTE_LABELS = ("model", "region", "backend", "door")
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -55,23 +58,23 @@ class GatewayMetrics:
         )
         self.ttft = Histogram(
             "meridian_ttft_seconds",
-            "Time to first token as seen by the gateway (arrival to first token).",
-            ["backend"],
-            buckets=_LATENCY_BUCKETS,
+            "Time to first token of a stream as seen by the gateway (arrival to first token).",
+            ROUTE_LABELS,
+            buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.itl = Histogram(
             "meridian_itl_seconds",
             "Gaps between streamed output events.",
-            ["backend"],
+            ROUTE_LABELS,
             buckets=_ITL_BUCKETS,
             registry=r,
         )
         self.e2e = Histogram(
             "meridian_request_duration_seconds",
             "Arrival to last byte.",
-            ["backend"],
-            buckets=_LATENCY_BUCKETS,
+            ROUTE_LABELS,
+            buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.overhead = Histogram(
@@ -87,7 +90,7 @@ class GatewayMetrics:
             registry=r,
         )
         self.output_tokens = Counter(
-            "meridian_output_tokens", "Output tokens relayed.", ["backend"], registry=r
+            "meridian_output_tokens", "Output tokens relayed.", ROUTE_LABELS, registry=r
         )
         self.prediction_error = Histogram(
             "meridian_ttft_prediction_error_ratio",

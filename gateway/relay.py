@@ -61,7 +61,7 @@ class Relay:
         self._hub_metrics = HubMetrics(state.hub_registry)
         self.objective_metrics = ObjectiveMetrics(metrics.registry)
         metrics.registry.register(self._hub_metrics)
-        self.observer = RequestObserver(state.config.logging)
+        self.observer = RequestObserver(state.config, metrics)
 
     # -- the current configuration's parts (swapped whole by a reload) -------------------
 
@@ -94,7 +94,7 @@ class Relay:
         old, self._state = self._state, state
         self._hub_metrics.current = state.hub_registry
         self.retry_after.max_wait_s = state.config.retry.max_retry_after_s
-        self.observer.configure(state.config.logging)
+        self.observer.configure(state.config)
         return old
 
     # -- one request ---------------------------------------------------------------------
@@ -120,6 +120,7 @@ class Relay:
             self.observer.open_failed(record, exc)
             raise
         opened.record = record
+        self.observer.opened(record, opened)
         return opened
 
     async def _open(
@@ -161,7 +162,9 @@ class Relay:
         ticket: Ticket | None = None
         try:
             async with timer:
+                queued_at = time.perf_counter()
                 ticket = await state.admission.admit(inbound.model, inbound.tenant)
+                record.queue_s = time.perf_counter() - queued_at
                 hedging = policy.hedging
                 won = await (
                     walk_hedged(walk, hedging, self.observed_ttft)
@@ -221,11 +224,7 @@ class Relay:
             self.observed_ttft.record(name, opened.upstream_ttfb_ms)
             if inbound.stream:  # a whole non-streaming body is not a time to first token
                 self._learn_first_token(opened, inbound)
-        self.metrics.overhead.observe(gw_ms / 1000.0)
-        self.metrics.ttft.labels(name).observe(ttft_ms / 1000.0)
-        predicted = opened.route.predicted_ttft_ms
-        if predicted:
-            self.metrics.prediction_error.labels(name).observe((ttft_ms - predicted) / predicted)
+        self.metrics.overhead.observe(gw_ms / 1000.0)  # TTFT and calibration: the observer
 
     def _learn_first_token(self, opened: OpenedStream, inbound: InboundRequest) -> None:
         """Teach routing this TTFT now, not at the end of the stream: a backlog building up
@@ -287,13 +286,8 @@ class Relay:
         self.metrics.in_flight.labels(name).dec()
         state.fleet.on_request_end(name, failure is None, failure)
         stats = opened.stats
-        tokens = opened.output_tokens()
-        self.metrics.output_tokens.labels(name).inc(tokens)
+        tokens = opened.output_tokens()  # tokens, e2e and ITL metrics: the observer
         self.objective_metrics.finish(inbound, opened, state.config.objectives)
-        self.metrics.e2e.labels(name).observe(now - inbound.received_at)
-        itl_hist = self.metrics.itl.labels(name)
-        for gap in stats.gaps_ms:
-            itl_hist.observe(gap / 1000.0)
         if failure is FailureKind.CANCELLED:
             state.router.release(name)  # an abandoned request says nothing about the backend
             return

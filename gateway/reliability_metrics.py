@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gateway.observability.stream_buffers import HoldsBytes, StreamBuffers
 
 _BUFFER_BUCKETS = (1024, 4096, 16384, 32768, 65536, 131072, 262144, 1048576)
 
 
 class ReliabilityMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._peak = 0
         self.extra_attempts = Counter(
             "meridian_extra_attempts",
             "Upstream attempts beyond a request's first, by kind (retry, hedge).",
@@ -33,11 +34,8 @@ class ReliabilityMetrics:
             buckets=_BUFFER_BUCKETS,
             registry=registry,
         )
-        self.stream_buffer_peak = Gauge(
-            "meridian_stream_buffer_peak_bytes",
-            "The most bytes any one stream has held in the gateway since start.",
-            registry=registry,
-        )
+        self.stream_buffers = StreamBuffers()  # the peak and current bytes, live at scrape
+        registry.register(self.stream_buffers)
         self.reloads = Counter(
             "meridian_config_reloads",
             "Configuration reloads by outcome (applied, rejected, unchanged).",
@@ -45,8 +43,8 @@ class ReliabilityMetrics:
             registry=registry,
         )
 
-    def observe_stream_buffer(self, held: int) -> None:
-        self.stream_buffer.observe(held)
-        if held > self._peak:
-            self._peak = held
-            self.stream_buffer_peak.set(held)
+    def stream_started(self, stream: HoldsBytes) -> None:
+        self.stream_buffers.opened(stream)
+
+    def stream_ended(self, stream: HoldsBytes) -> None:
+        self.stream_buffer.observe(self.stream_buffers.closed(stream))

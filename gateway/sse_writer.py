@@ -63,6 +63,13 @@ class SseWriter:
         """Count what the upstream side holds too (``OpenedStream.buffered_bytes``)."""
         self._upstream_held = held
 
+    def held_now(self) -> int:
+        """Bytes held for this stream now; read at scrape time (a stuck stream shows up)."""
+        transport = self.request.transport
+        queued = transport.get_write_buffer_size() if transport is not None else 0
+        self._note_held(queued)
+        return queued + self._upstream_held()
+
     def _note_held(self, queued: int) -> None:
         held = queued + self._upstream_held()
         if held > self.max_buffered:

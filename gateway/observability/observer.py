@@ -1,21 +1,26 @@
-"""The one place a request's end is reported: its log line (and, as they land, its metrics and
-span). The relay core calls it at two seams — a request that never got a first token
-(:meth:`RequestObserver.open_failed`) and a request whose response is over
+"""The one place a request's life is reported: its log line and its metric updates (and, as
+it lands, its span). The relay core calls it at its seams — the first token
+(:meth:`RequestObserver.opened`), a request that never got one
+(:meth:`RequestObserver.open_failed`), and a request whose response is over
 (:meth:`RequestObserver.finished`) — and the doors only for requests refused before they
 reached the core (:meth:`RequestObserver.rejected`).
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from gateway.errors import ApiError
-from gateway.observability.config import LoggingConfig
-from gateway.observability.record import Outcome, RequestRecord, opened_line
-from gateway.observability.request_log import RequestLog
+from gateway.metrics import GatewayMetrics
+from gateway.observability.labels import OTHER
+from gateway.observability.metrics_update import MetricsUpdate
+from gateway.observability.record import Outcome, RequestRecord, failed_line, opened_line
+from gateway.observability.request_log import RequestLog, classify_open_error
 from gateway.signals.outlier import FailureKind
 
 if TYPE_CHECKING:
+    from gateway.config import GatewayConfig
     from gateway.inbound import InboundRequest
     from gateway.stream import OpenedStream
 
@@ -31,18 +36,26 @@ def classify_finish(failure: FailureKind | None, error: str | None) -> tuple[Out
 
 
 class RequestObserver:
-    def __init__(self, logging_config: LoggingConfig) -> None:
-        self.log = RequestLog(logging_config)
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+        self.log = RequestLog(config.logging)
+        self.metrics = MetricsUpdate(config, metrics)
 
-    def configure(self, logging_config: LoggingConfig) -> None:
+    def configure(self, config: GatewayConfig) -> None:
         """A reload's new settings, for requests that end from now on."""
-        self.log.configure(logging_config)
+        self.log.configure(config.logging)
+        self.metrics.configure(config)
 
     def start(self, inbound: InboundRequest, door: str) -> RequestRecord:
         return RequestRecord(inbound, door)
 
+    def opened(self, record: RequestRecord, opened: OpenedStream) -> None:
+        self.metrics.first_token(record, opened)
+
     def open_failed(self, record: RequestRecord, exc: BaseException) -> None:
-        self.log.open_failed(record, exc)
+        status, error, outcome = classify_open_error(exc)
+        self.metrics.ended(record, None, time.perf_counter(), outcome)
+        if self.log.wants(record.inbound.request_id, outcome):
+            self.log.write(failed_line(record, status, error, outcome))
 
     def finished(
         self,
@@ -53,10 +66,12 @@ class RequestObserver:
         error: str | None,
     ) -> None:
         outcome, error = classify_finish(failure, error)
+        self.metrics.ended(record, opened, now, outcome)
         if self.log.wants(record.inbound.request_id, outcome):
             self.log.write(opened_line(record, opened, now, outcome, error))
 
     def rejected(
         self, door: str, endpoint: str, request_id: str, err: ApiError, received_at: float
     ) -> None:
+        self.metrics.rejected(OTHER, door)
         self.log.rejected(door, endpoint, request_id, err, received_at)

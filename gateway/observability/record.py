@@ -38,6 +38,7 @@ class RequestRecord:
     walk: CandidateWalk | None = None
     winner: int | None = None  # attempt number that produced the first token
     route_ms: float | None = None
+    queue_s: float | None = None  # waiting for an admission slot
 
     @property
     def trace_id(self) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 from gateway.errors import ApiError
 from gateway.observability.config import LoggingConfig
 from gateway.observability.log_format import FIELDS_ATTR
-from gateway.observability.record import CLIENT_CLOSED_STATUS, Outcome, RequestRecord, failed_line
+from gateway.observability.record import CLIENT_CLOSED_STATUS, Outcome
 
 _requests = logging.getLogger("meridian.request")
 _SAMPLE_SPACE = 1 << 32
@@ -50,11 +50,6 @@ class RequestLog:
 
     def write(self, line: dict[str, Any]) -> None:
         _requests.info("request", extra={FIELDS_ATTR: line})
-
-    def open_failed(self, record: RequestRecord, exc: BaseException) -> None:
-        status, error, outcome = classify_open_error(exc)
-        if self.wants(record.inbound.request_id, outcome):
-            self.write(failed_line(record, status, error, outcome))
 
     def rejected(
         self, door: str, endpoint: str, request_id: str, err: ApiError, received_at: float

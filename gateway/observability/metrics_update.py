@@ -1,0 +1,87 @@
+"""One set of metric updates per request: at its first token, and when it ends."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from gateway.metrics import GatewayMetrics
+from gateway.observability.labels import NO_BACKEND, LabelBounds, outcome_class
+from gateway.observability.record import Outcome, RequestRecord
+from gateway.observability.request_metrics import RequestMetrics
+
+if TYPE_CHECKING:
+    from gateway.config import GatewayConfig
+    from gateway.stream import OpenedStream
+
+
+class MetricsUpdate:
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+        self.bounds = LabelBounds.from_config(config)
+        self.gateway = metrics
+        self.request = RequestMetrics(metrics.registry)
+
+    def configure(self, config: GatewayConfig) -> None:
+        self.bounds = LabelBounds.from_config(config)
+
+    def _labels(self, record: RequestRecord, opened: OpenedStream | None) -> tuple[str, ...]:
+        model, door = record.inbound.model, record.door
+        if opened is None:
+            return self.bounds.route(model, NO_BACKEND, NO_BACKEND, door)
+        return self.bounds.route(model, opened.route.region, opened.route.backend, door)
+
+    def first_token(self, record: RequestRecord, opened: OpenedStream) -> None:
+        """TTFT and calibration, as soon as the first token is in (a stream may run for
+        minutes; its TTFT should not wait for its end). Streams only: a whole non-streaming
+        body is no time to first token."""
+        if not record.inbound.stream:
+            return
+        first = opened.stats.first_token_at or time.perf_counter()
+        ttft_s = first - record.inbound.received_at
+        self.gateway.ttft.labels(*self._labels(record, opened)).observe(ttft_s)
+        predicted_ms = opened.route.predicted_ttft_ms
+        if predicted_ms:
+            backend = self.bounds.backend(opened.route.backend)
+            error = (ttft_s * 1000.0 - predicted_ms) / predicted_ms
+            self.gateway.prediction_error.labels(backend).observe(error)
+            self.request.predicted_ttft.labels(backend).observe(predicted_ms / 1000.0)
+
+    def ended(
+        self, record: RequestRecord, opened: OpenedStream | None, now: float, outcome: Outcome
+    ) -> None:
+        labels = self._labels(record, opened)
+        self.request.outcomes.labels(*labels, outcome.value).inc()
+        self._attempts(record)
+        if record.queue_s is not None:
+            self.request.admission_queue.labels(*labels).observe(record.queue_s)
+        if opened is None:
+            return
+        gw, req = self.gateway, self.request
+        gw.e2e.labels(*labels).observe(now - record.inbound.received_at)
+        gw.output_tokens.labels(*labels).inc(opened.output_tokens())
+        usage = opened.usage or {}
+        prompt = usage.get("prompt_tokens")
+        prompt_tokens = prompt if isinstance(prompt, int) else record.inbound.profile.prompt_tokens
+        req.prompt_tokens.labels(*labels).inc(prompt_tokens)
+        cached = opened.cached_tokens()
+        if cached:
+            req.cached_tokens.labels(*labels).inc(cached)
+        gaps = opened.stats.gaps_ms
+        if gaps:
+            itl = gw.itl.labels(*labels)
+            for gap in gaps:
+                itl.observe(gap / 1000.0)
+        for entry in opened.backend_timing:
+            if entry.name == "queue" and entry.dur_ms is not None:
+                req.backend_queue.labels(*labels).observe(entry.dur_ms / 1000.0)
+
+    def _attempts(self, record: RequestRecord) -> None:
+        counter = self.request.attempts
+        for index, attempt in enumerate(record.attempts()):
+            kind = "hedge" if attempt["hedge"] else ("first" if index == 0 else "retry")
+            backend = self.bounds.backend(attempt["backend"])
+            counter.labels(backend, kind, outcome_class(attempt["outcome"])).inc()
+
+    def rejected(self, model: str, door: str) -> None:
+        labels = self.bounds.route(model, NO_BACKEND, NO_BACKEND, door)
+        self.request.outcomes.labels(*labels, Outcome.FAILED.value).inc()
