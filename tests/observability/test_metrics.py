@@ -38,20 +38,26 @@ def _documented() -> list[str]:
     return names
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _samples(text: str) -> Samples:
+    out: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return out
 
 
-def _value(samples: dict, name: str, **labels: str) -> float:
+def _value(samples: Samples, name: str, **labels: str) -> float:
     """Sum of ``name``'s samples whose labels include ``labels``."""
     return sum(
-        value
-        for (sample, have), value in samples.items()
-        if sample == name and set(labels.items()) <= set(have)
+        (
+            value
+            for (sample, have), value in samples.items()
+            if sample == name and set(labels.items()) <= set(have)
+        ),
+        0.0,
     )
 
 
