@@ -85,7 +85,7 @@ class LearnedColumns:
             cold = est.cold_start_ms if est.cold_start_ms is not None else cold
             self.queue_scale[row] = est.queue_scale
             self.step_itl_ms[row] = spec.itl_ms * est.step_scale
-            self.bias_ms[row], self.bias_dev_ms[row] = est.bias_ms, est.bias_dev_ms
+            self.bias_ms[row], self.bias_dev_ms[row] = est.offset_ms, est.bias_dev_ms
             self.ratio_p90[row] = est.ratio_p90
             self.learned_at[row] = np.nan if est.last_at is None else est.last_at
             self.prefill_samples[row] = est.prefill_samples
@@ -96,7 +96,9 @@ class LearnedColumns:
             self.queue_scale[row] = self.queue_scale.item(row) ** (1.0 - w) * peer.queue_scale**w
             own_step = est.step_scale if est is not None else 1.0
             self.step_itl_ms[row] = spec.itl_ms * own_step ** (1.0 - w) * peer.step_scale**w
-            self.bias_ms[row] = (1.0 - w) * self.bias_ms.item(row) + w * peer.bias_ms
+            # Only the slow part is pooled: a level shift is this backend's own.
+            own_bias, shift = (est.bias_ms, est.shift_ms) if est is not None else (0.0, 0.0)
+            self.bias_ms[row] = (1.0 - w) * own_bias + w * peer.offset_ms + shift
         self.prefill_rate[row], self.itl_ms[row] = max(rate, 1e-6), itl
         self.prefill_ms[row], self.service_ms[row], self.cold_start_ms[row] = (
             prefill_ms,

@@ -1,18 +1,22 @@
 """Online, per-backend corrections to the TTFT model, learned from observed requests.
 
-Each observation carries the terms the router predicted. The term that dominated the
-prediction is the one the error is blamed on (queue, prefill or cold start), so one number
-(TTFT) can teach several estimators without them fighting; when no variable term dominates,
-the error is a fixed offset and feeds ``bias``, as does a prefill far later than any plausible
-rate change (an RTT jump on a backend without probes would otherwise slash its prefill rate).
+Each observation carries the terms the router predicted. The residual is blamed on what could
+have changed: the term that dominated the prediction (queue, prefill, step or cold start) takes
+it as a change of its rate only when the time it implies is physically plausible for that term
+(positive, at most ``offset_ratio`` x predicted); otherwise, or when no variable term
+dominates, a fixed offset moved (an RTT jump, a stalled hop) and the offset learns it
+(``routing.offset_learning``: slow calibration plus detected level shifts, both directions
+alike; a surprising residual is weighed as a step of the offset before any rate sees it).
 Rates and scales move multiplicatively by a clipped step (``max_log_step``) so one outlier (a
 GC pause, a retry) cannot swing the model, and they settle on the median of their samples.
+Every correction decays toward configuration when no sample refreshes it
+(``routing.learning_decay``), so one bad minute is not a permanent exile.
 
 Every estimate stays within physical reach of configuration: the prefill rate and the queue
 scale within ``max_ratio`` either way of the configured value (they multiply themselves, so
-without a bound a run of skewed samples compounds without limit), the bias between minus the
+without a bound a run of skewed samples compounds without limit), the offset between minus the
 offsets it corrects and ``max_bias_ms``. A sample whose sign makes no sense (a prefill or a
-queue that took negative time) teaches nothing. A serverless request is judged warm or cold
+queue that took negative time) teaches no rate. A serverless request is judged warm or cold
 from the backend's own word (``Observation.cold_start``) or, failing that, from whether it
 took a cold start longer than predicted without one; a wrong guess about the cold start is
 then taken out of the residual instead of being learned as bias.
@@ -24,6 +28,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from routing.learning_decay import DecayParams, decay, sweep
+from routing.offset_learning import OffsetParams, Verdict, consider_shift, learn_bias
 from routing.types import BackendSpec, Observation
 
 _P90_TAU = 0.9
@@ -51,6 +57,17 @@ class LearnerParams:
     # backend's own estimate is a noisy walk (ten-odd effective samples); between identical
     # GPUs that noise alone makes some look faster for minutes and draws load to them.
     peer_weight: float = 0.0
+    # Level shifts of the offset (see ``routing.offset_learning``).
+    surprise_sigmas: float = 4.0
+    shift_min_ms: float = 20.0
+    shift_rel: float = 0.25
+    stale_evidence_s: float = 5.0
+    shift_confirm: int = 3
+    shift_spread: float = 2.0
+    # Corrections decay toward configuration when no sample refreshes them (``learning_decay``).
+    half_life_s: float = 60.0
+    decay_grace_s: float = 5.0
+    decay_tick_s: float = 1.0
 
 
 class BackendEstimate:
@@ -61,16 +78,26 @@ class BackendEstimate:
         "bias_dev_ms",
         "bias_ms",
         "cold_start_ms",
+        "configured_rate",
+        "decayed_at",
         "failures",
         "itl_ms",
         "last_at",
         "observations",
+        "offset_at",
         "prefill_ms",
         "prefill_rate",
         "prefill_samples",
         "queue_scale",
         "ratio_p90",
         "service_ms",
+        "shift_held_ms",
+        "shift_high_ms",
+        "shift_high_ratio",
+        "shift_low_ms",
+        "shift_low_ratio",
+        "shift_ms",
+        "shift_run",
         "step_scale",
     )
 
@@ -82,8 +109,16 @@ class BackendEstimate:
         self.prefill_samples = 0
         self.queue_scale = 1.0
         self.step_scale = 1.0  # engine step (decode beside a prefill) over its model
-        self.bias_ms = 0.0
+        self.bias_ms = 0.0  # the slow, calibrating part of the offset (pooled with peers)
         self.bias_dev_ms = 0.0
+        self.shift_ms = 0.0  # level shifts of this backend's offset, detected as steps
+        self.shift_run = 0
+        self.shift_held_ms = 0.0
+        self.shift_low_ms = self.shift_high_ms = 0.0
+        self.shift_low_ratio = self.shift_high_ratio = 0.0
+        self.offset_at: float | None = None
+        self.configured_rate: float | None = None  # the prior ``prefill_rate`` decays toward
+        self.decayed_at: float | None = None
 
         self.itl_ms: float | None = None
         self.cold_start_ms: float | None = None
@@ -91,6 +126,11 @@ class BackendEstimate:
         self.prefill_ms: float | None = None  # prefill time of a typical request here
         self.ratio_p90 = 1.0  # online p90 of actual / predicted TTFT
         self.abs_rel_error: float | None = None  # EWMA of |actual / predicted - 1|
+
+    @property
+    def offset_ms(self) -> float:
+        """The whole learned offset of this backend's own estimate."""
+        return self.bias_ms + self.shift_ms
 
 
 def peer_key(spec: BackendSpec) -> tuple[object, ...]:
@@ -128,6 +168,23 @@ class OnlineLearner:
         self._members: dict[tuple[object, ...], set[str]] = {}
         self.dirty: set[str] = set()  # backends changed since the predictor last looked
         self.dirty_peers: set[tuple[object, ...]] = set()  # ...and groups of backends (peer_key)
+        p = self.params
+        self._offset_params = OffsetParams(
+            p.bias_alpha, p.max_bias_ms, p.surprise_sigmas, p.shift_min_ms, p.shift_rel,
+            p.stale_evidence_s, p.shift_confirm, p.shift_spread,
+        )  # fmt: skip
+        self._decay_params = DecayParams(p.half_life_s, p.decay_grace_s, p.decay_tick_s)
+        self._swept_at = -math.inf
+
+    def decay(self, now: float) -> None:
+        """Let estimates nobody refreshed drift back toward configuration (at most once per
+        ``decay_tick_s`` of router time); the ones that moved are marked dirty."""
+        dp = self._decay_params
+        if now - self._swept_at < dp.tick_s:
+            return
+        self._swept_at = now
+        self.dirty.update(sweep(self._estimates.items(), now, dp))  # type: ignore[arg-type]
+        self.dirty_peers.update(sweep(self._peers.items(), now, dp))  # type: ignore[arg-type]
 
     def estimate(self, backend: str) -> BackendEstimate | None:
         return self._estimates.get(backend)
@@ -141,6 +198,7 @@ class OnlineLearner:
         est = self._estimates.get(obs.backend)
         if est is None:
             est = self._estimates[obs.backend] = BackendEstimate()
+        decay(est, obs.at, self._decay_params)
         est.observations += 1
         est.last_at = obs.at
         self.dirty.add(obs.backend)
@@ -168,6 +226,7 @@ class OnlineLearner:
         est = self._estimates.get(obs.backend)
         if est is None:
             est = self._estimates[obs.backend] = BackendEstimate()
+        decay(est, obs.at, self._decay_params)
         est.last_at = obs.at
         self.dirty.add(obs.backend)
         self._learn_ttft(est, obs, spec)
@@ -181,8 +240,11 @@ class OnlineLearner:
         if predicted is not None and predicted > 0:
             self._calibrate(est, obs.ttft_ms / predicted)
         if terms:
-            self._blame(est, obs, terms, spec)
-            if spec is not None and self.params.peer_weight > 0.0:
+            shift = est.shift_ms
+            self._blame(est, obs, terms, spec, own=True)
+            est.offset_at = obs.at
+            # A step of this backend's offset is its own: the group does not learn it.
+            if spec is not None and self.params.peer_weight > 0.0 and est.shift_ms == shift:
                 self._learn_peer(obs, terms, spec)
 
     def peer(self, spec: BackendSpec) -> BackendEstimate | None:
@@ -197,8 +259,10 @@ class OnlineLearner:
             self._members[key] = set()
         members = self._members[key]
         members.add(obs.backend)
-        self._blame(peer, obs, terms, spec)
+        decay(peer, obs.at, self._decay_params)
+        self._blame(peer, obs, terms, spec, own=False)
         peer.observations += 1
+        peer.last_at = obs.at
         # Every backend of the group (observed or not) follows the pooled estimate in batches:
         # one observation costs O(1) column rows amortised however large the group (the
         # observed backend is refreshed anyway).
@@ -217,7 +281,15 @@ class OnlineLearner:
         obs: Observation,
         terms: Mapping[str, float],
         spec: BackendSpec | None,
+        own: bool,
     ) -> None:
+        """Blame the residual on what could have changed. A surprising residual is first
+        weighed as a step of the offset (``consider_shift``: alike across request sizes, as an
+        RTT jump is, or a learned step going back; else a recovered backend's negative
+        residual lands on a rate, which cannot take it, and the offset stays for ever). Then a
+        term takes it as a rate only when the time it implies is physically plausible for
+        that term (positive, at most ``offset_ratio`` x predicted); anything else is an
+        offset (an RTT change, a stalled hop), whichever term dominated."""
         assert obs.ttft_ms is not None
         queue, prefill, step, cold = (terms.get(k, 0.0) for k in _VARIABLE)
         if prefill > 0:
@@ -231,33 +303,83 @@ class OnlineLearner:
             return  # a cold start's noise swamps whatever the warm terms got wrong
         # Evidently warm: a predicted cold start was a miss, not an offset; ``variable`` is
         # what queue + prefill + step took.
+        residual = variable - queue - prefill - step
+        warm = fixed + queue + prefill + step
+        if own and self._stepped(est, obs, residual, warm, terms):
+            return  # a step of the offset (or a candidate one): no rate's to learn
+        p = self.params
         if obs.queue_wait_ms is not None:
             self._learn_queue(est, queue, obs.queue_wait_ms)
-            self._learn_prefill(est, prefill, variable - obs.queue_wait_ms - step, spec)
+            took = variable - obs.queue_wait_ms - step
+            if prefill >= p.min_term_ms and not self._plausible(prefill, took):
+                self._learn_offset(est, took - prefill, terms)
+            else:
+                self._learn_prefill(est, prefill, took, spec)
             return
-        p = self.params
         share = p.dominant_share * (queue + prefill + step)
-        if prefill >= p.min_term_ms and prefill >= share:
-            prefill_took = variable - queue - step
-            if prefill_took <= p.offset_ratio * prefill:
-                self._learn_prefill(est, prefill, prefill_took, spec)
+        dominant = next(
+            (name for name, ms in (("prefill", prefill), ("queue", queue), ("step", step))
+             if ms >= p.min_term_ms and ms >= share),
+            None,
+        )  # fmt: skip
+        if dominant is not None:
+            term = terms[dominant]
+            took = term + residual  # what the dominant term really took
+            if self._plausible(term, took):
+                if dominant == "prefill":
+                    self._learn_prefill(est, prefill, took, spec)
+                elif dominant == "queue":
+                    self._learn_queue(est, queue, took)
+                else:
+                    est.step_scale = self._rescaled(est.step_scale, step, took)
                 return
-        elif queue >= p.min_term_ms and queue >= share:
-            self._learn_queue(est, queue, variable - prefill - step)
-            return
-        elif step >= p.min_term_ms and step >= share:
-            est.step_scale = self._rescaled(est.step_scale, step, variable - queue - prefill)
-            return
-        # No variable term dominates, or the prefill took implausibly long: an offset (RTT,
-        # overhead) was wrong.
-        self._learn_bias(est, variable - queue - prefill - step, terms)
+        # No variable term dominates, or the one that does would have taken an implausible
+        # time: an offset (RTT, overhead, a hop) was wrong.
+        self._learn_offset(est, residual, terms)
+
+    def _stepped(
+        self,
+        est: BackendEstimate,
+        obs: Observation,
+        residual_ms: float,
+        warm_ms: float,
+        terms: Mapping[str, float],
+    ) -> bool:
+        """Whether ``consider_shift`` takes the residual as a step of the offset (or holds it
+        as a candidate). With the backend's word on its queue wait, only what the queue does
+        not explain is weighed, against the prefill."""
+        queue, prefill, step = (terms.get(k, 0.0) for k in _VARIABLE[:3])
+        rate = est.prefill_rate
+        # Each term with the learned scale that produced it (its value at the configured rate
+        # is the term over the scale).
+        prefill_scale = (
+            1.0 if rate is None or not est.configured_rate else est.configured_rate / rate
+        )
+        candidates = [(prefill, prefill_scale)]
+        if obs.queue_wait_ms is not None:
+            residual_ms -= obs.queue_wait_ms - queue
+        else:
+            candidates += [(queue, est.queue_scale), (step, est.step_scale)]
+        term, scale = max(candidates)
+        plausible = term >= self.params.min_term_ms and self._plausible(term, term + residual_ms)
+        implied = (term + residual_ms) * scale / term if plausible else 0.0
+        floor = -sum(terms.get(k, 0.0) for k in _OFFSETS)
+        verdict = consider_shift(
+            est, residual_ms, implied, plausible, warm_ms, floor, obs.at, self._offset_params
+        )
+        return verdict is not Verdict.NOT_A_SHIFT
+
+    def _plausible(self, predicted_ms: float, took_ms: float) -> bool:
+        """Whether a term predicted at ``predicted_ms`` can have taken ``took_ms`` by a change
+        of its rate (a slower GPU, a slower-draining queue) rather than by an offset."""
+        return 0.0 < took_ms <= self.params.offset_ratio * predicted_ms
 
     def _learn_prefill(
         self, est: BackendEstimate, predicted_ms: float, actual_ms: float, spec: BackendSpec | None
     ) -> None:
         if predicted_ms < self.params.min_term_ms or actual_ms <= 0.0 or spec is None:
             return
-        configured = spec.prefill_tokens_per_s
+        configured = est.configured_rate = spec.prefill_tokens_per_s
         rate = est.prefill_rate or configured
         est.prefill_rate = configured * self._rescaled(rate / configured, actual_ms, predicted_ms)
         est.prefill_samples += 1
@@ -274,15 +396,10 @@ class OnlineLearner:
         learned = scale * math.exp(p.alpha * step)
         return min(max(learned, 1.0 / p.max_ratio), p.max_ratio)
 
-    def _learn_bias(
+    def _learn_offset(
         self, est: BackendEstimate, residual_ms: float, terms: Mapping[str, float]
     ) -> None:
-        """``residual_ms``: actual minus the prediction without its cold-start term."""
-        alpha = self.params.bias_alpha
-        # A negative bias can cancel at most the offsets it corrects (RTT, fixed overheads).
+        """``residual_ms``: actual minus the warm prediction, blamed on a fixed offset."""
+        # A negative offset can cancel at most the offsets it corrects (RTT, fixed overheads).
         floor = -sum(terms.get(k, 0.0) for k in _OFFSETS)
-        learned = _ewma(est.bias_ms, est.bias_ms + residual_ms, alpha)
-        est.bias_ms = min(max(learned, floor), self.params.max_bias_ms)
-        est.bias_dev_ms = _ewma(
-            est.bias_dev_ms, min(abs(residual_ms), self.params.max_bias_ms), alpha
-        )
+        learn_bias(est, residual_ms, floor, self._offset_params)

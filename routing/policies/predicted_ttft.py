@@ -55,6 +55,12 @@ class PredictedTTFTParams(CommonParams):
         description="weight of the correction learned over identically configured backends of "
         "a region (the rest: each backend's own)",
     )
+    learned_half_life_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a learned correction no sample refreshed for this long (after a few "
+        "seconds' grace) is halfway back to configuration",
+    )
     keep_warm_margin_ms: float = Field(
         default=50.0,
         ge=0,
@@ -115,6 +121,7 @@ class PredictedTTFTScorer:
                 alpha=params.learning_rate,
                 bias_alpha=params.bias_learning_rate,
                 peer_weight=params.peer_weight,
+                half_life_s=params.learned_half_life_s,
             )
         )
         self.predictor_params = PredictorParams(
@@ -139,6 +146,7 @@ class PredictedTTFTScorer:
         view = self._view = ctx.view
         self._load = ctx.load
         ctx.load.expire(ctx.now)
+        self.learner.decay(ctx.now)
         self.row_terms.sync(view, ctx.load, self.learned, self.learned.sync(view))
         cached = cached_rows(self.index, view, ctx.profile, ctx.now)
         pred = predict(
