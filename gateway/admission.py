@@ -6,12 +6,16 @@ first served) for at most ``queue_timeout_s``; when the queue is full too it is 
 — 429 when its tenant is over its share, 503 when the model is over capacity — with a
 ``Retry-After``, instead of queueing without bound. Requests already admitted are never touched.
 With no limits configured, admission costs one attribute check and never awaits.
+
+Gates exist only while someone holds or awaits them: the last one out drops its gate, so the
+number of gates is bounded by the requests in flight, whatever tenant names clients send.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.config import AdmissionConfig, GateLimits
@@ -24,6 +28,7 @@ class Gate:
     limits: GateLimits
     in_use: int = 0
     waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    on_idle: Callable[[Gate], None] | None = None  # called when the last holder leaves
 
     def try_enter(self) -> bool:
         if self.in_use < self.limits.max_concurrent and not self.waiters:
@@ -64,6 +69,8 @@ class Gate:
                 waiter.set_result(None)  # the slot passes straight to the next in line
                 return
         self.in_use = max(0, self.in_use - 1)
+        if self.in_use == 0 and self.on_idle is not None:
+            self.on_idle(self)
 
 
 @dataclass(slots=True)
@@ -100,7 +107,17 @@ class Admission:
         if limits is None:
             return None
         gate = self._gates[(kind, key)] = Gate(f"{kind} {key}", limits)
+        gate.on_idle = lambda idle: self._drop(kind, key, idle)
         return gate
+
+    def _drop(self, kind: str, key: str, gate: Gate) -> None:
+        if self._gates.get((kind, key)) is gate:
+            del self._gates[(kind, key)]
+
+    @property
+    def gate_count(self) -> int:
+        """Gates alive now: one per model or tenant with requests in flight or queued."""
+        return len(self._gates)
 
     async def admit(self, model: str, tenant: str) -> Ticket:
         """A ticket holding the request's slots, or :class:`ApiError` 429/503 when full."""

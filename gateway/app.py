@@ -10,6 +10,8 @@ from aiohttp import web
 
 from gateway.chain.summary import add_chain_routes
 from gateway.config import GatewayConfig
+from gateway.door.expect import guard_expect
+from gateway.door.protocol import DoorRunner
 from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
 from gateway.fleet import build_signal_hub
@@ -95,6 +97,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     add_routes(app)
     add_explain_routes(app)
     add_chain_routes(app)
+    guard_expect(app, config.limits.max_body_bytes)  # after every route is registered
     return app
 
 
@@ -123,7 +126,7 @@ async def start_gateway(
     app = build_app(config)
     # handler_cancellation: a client that goes away cancels its handler, and with it the
     # upstream request — the GPU stops generating for nobody.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = DoorRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     bind_host = host or config.listen.host
     site = web.TCPSite(runner, bind_host, config.listen.port if port is None else port)

@@ -12,6 +12,7 @@ upstream response unless it hands it over inside the OpenedStream.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,12 +25,15 @@ from gateway.errors import ApiError
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
 from gateway.relay_state import ClassPolicy, RelayState
+from gateway.scrub import connect_words, scrub, status_words
 from gateway.signals.outlier import FailureKind
 from gateway.sse import SseSplitter
 from gateway.stream import OpenedStream, RouteInfo, event_carries_output, is_malformed
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming
 from routing.types import Candidate, Observation
+
+log = logging.getLogger("meridian.attempt")
 
 _CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
 _MAX_ERROR_BODY = 64 * 1024
@@ -74,12 +78,13 @@ def retry_after(response: aiohttp.ClientResponse) -> float | None:
 
 
 def error_message(body: bytes) -> str:
+    """The upstream's error text, scrubbed (gateway/scrub.py): for the client's own 4xx only."""
     try:
         obj = orjson.loads(body)
         message = obj["error"]["message"] if isinstance(obj.get("error"), dict) else obj["message"]
-        return str(message)[:500]
+        return scrub(str(message))
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-        return body[:200].decode(errors="replace")
+        return scrub(body[:200].decode(errors="replace"))
 
 
 async def run_attempt(
@@ -124,7 +129,8 @@ async def run_attempt(
         message = f"no first token within {first_token_s:.1f}s"
         return failed(ctx, AttemptFailure(name, "timeout", message), response)
     except (aiohttp.ClientError, OSError) as exc:
-        return failed(ctx, AttemptFailure(name, "connect", repr(exc)), response)
+        log.warning("backend=%s connect failed: %s", name, scrub(repr(exc)))
+        return failed(ctx, AttemptFailure(name, "connect", connect_words(exc)), response)
     except ApiError:  # the backend says the request itself is bad
         state.router.release(name)
         release(ctx, name, response, FailureKind.CLIENT_ERROR)
@@ -179,7 +185,8 @@ async def _read_first(opened: OpenedStream, stream: bool) -> AttemptFailure | No
             if is_malformed(event, obj):
                 return AttemptFailure(name, "malformed", "non-JSON data event before first token")
             if obj is not None and "error" in obj:
-                return AttemptFailure(name, "error_event", error_message(event.data or b""))
+                log.warning("backend=%s error event: %s", name, error_message(event.data or b""))
+                return AttemptFailure(name, "error_event", "backend sent an error event")
             opened.note(event, obj, carries)
             opened.first_events.append(event)
         if opened.stats.first_token_at is not None or opened.saw_done:
@@ -197,8 +204,9 @@ async def _status_failure(
         raise ChainError(ChainErrorKind.LOOP, message).api_error()
     if response.status in _CLIENT_ERROR_STATUSES:
         raise ApiError(response.status, message, "invalid_request_error", "upstream_rejected")
+    log.warning("backend=%s HTTP %d: %s", name, response.status, message)
     failure = AttemptFailure(
-        name, "status", f"HTTP {response.status}: {message}", response.status, retry_after(response)
+        name, "status", status_words(response.status), response.status, retry_after(response)
     )
     return failed(ctx, failure, response)
 

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.backend_urls import check_backend_url
 from gateway.chain.config import ChainConfig
 from gateway.model_names import check_aliases
 from gateway.objectives import ObjectivesConfig
@@ -115,6 +116,11 @@ class BackendConfig(_Strict):
     max_connections: Annotated[int, Field(ge=1)] = 1024
     # Let canary probes reach a serverless backend (keeps it warm: costs money, hides cold starts).
     keep_warm: bool = False
+    allow_link_local: bool = Field(
+        False,
+        description="Allow a link-local or cloud-metadata host (169.254.0.0/16, fe80::/10, "
+        "metadata.google.internal) as this backend's URL; refused by default.",
+    )
     price: PriceConfig | None = Field(
         default=None, description="what requests cost here (slo_cost)"
     )
@@ -135,6 +141,14 @@ class BackendConfig(_Strict):
         if url.username or url.password:
             raise ValueError("credentials do not belong in the URL; use api_key: {env: ...}")
         return url
+
+    @model_validator(mode="after")
+    def _url_policy(self) -> BackendConfig:
+        try:
+            check_backend_url(self.url, self.allow_link_local)
+        except ValueError as exc:
+            raise ValueError(f"url: {exc}") from None
+        return self
 
     def base_url(self) -> str:
         """The URL under which ``/v1/chat/completions`` lives, without a trailing slash."""

@@ -8,7 +8,8 @@ OpenAI chat or completions body. The profile is built by the same code as a real
 fleet snapshot: nothing is reserved, no learned state and no random sequence moves.
 
 Access (there is no auth yet): the endpoint answers only clients connected from a loopback
-address *and* sending no proxy headers (``X-Forwarded-For``, ``Forwarded``, ``X-Real-IP``). A
+address *and* sending no proxy headers (``X-Forwarded-For``, ``Forwarded``, ``X-Real-IP``,
+``True-Client-IP``, ``CF-Connecting-IP`` and the like: ``_PROXY_HEADERS``). A
 reverse proxy on the same host forwards client requests from loopback too, but it adds those
 headers, so outside callers never reach it through a proxy. Everyone else gets 403. The report
 carries no prompt text.
@@ -35,11 +36,24 @@ from gateway.objectives import OBJECTIVE_HEADER, with_objective
 from gateway.signals.forwarded import parse_ip
 from gateway.signals.geo import ClientGeo
 from gateway.state_keys import RELAY
+from gateway.strict_json import loads_request
 from routing.predictor import CONFIGURED
 from routing.types import BackendState, Candidate, Decision, PolicyRouter, RequestProfile
 
 EXPLAIN_PATH = "/v1/meridian/route"
-_PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
+# Every header a proxy or CDN uses to name the client it forwards for.
+_PROXY_HEADERS = (
+    "X-Forwarded-For",
+    "Forwarded",
+    "X-Real-IP",
+    "True-Client-IP",
+    "CF-Connecting-IP",
+    "X-Client-IP",
+    "X-Cluster-Client-IP",
+    "Fastly-Client-IP",
+    "X-Forwarded",
+    "Forwarded-For",
+)
 
 Json = dict[str, Any]
 
@@ -202,12 +216,7 @@ def body_from_prompt(model: str, prompt: str, max_tokens: int | None) -> bytes:
 
 
 def endpoint_of(body: bytes) -> Endpoint:
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(
-            f"request body is not valid JSON: {exc.msg}", code="invalid_json"
-        ) from None
+    payload = loads_request(body)  # the same strict parse as a real request
     if isinstance(payload, Mapping) and "prompt" in payload and "messages" not in payload:
         return Endpoint.COMPLETIONS
     return Endpoint.CHAT

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
 from gateway.errors import ApiError, bad_request, model_not_found
 from gateway.model_names import ModelNames, body_for_backend
+from gateway.strict_json import loads_request
 from routing.errors import RoutingError
 from routing.prefix import DEFAULT_BLOCK_TOKENS
 from routing.profile import profile_from_chat, profile_from_completion
@@ -24,6 +23,8 @@ from routing.types import RequestProfile
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _SANE_TENANT = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
+# Engines hold token ids and token counts in signed 32-bit integers.
+MAX_INT32 = 2**31 - 1
 
 
 class Endpoint(StrEnum):
@@ -71,8 +72,8 @@ def _optional_int(payload: dict[str, Any], key: str) -> int | None:
     value = payload.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise bad_request(f"'{key}' must be a positive integer", param=key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT32:
+        raise bad_request(f"'{key}' must be a positive integer below 2^31", param=key)
     return value
 
 
@@ -87,18 +88,20 @@ def _check_messages(messages: Any) -> None:
             )
 
 
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT32
+
+
 def _check_prompt(prompt: Any) -> None:
     ok = isinstance(prompt, str) or (
         isinstance(prompt, list)
         and bool(prompt)
-        and (
-            all(isinstance(p, str) for p in prompt)
-            or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
-        )
+        and (all(isinstance(p, str) for p in prompt) or all(_is_token_id(p) for p in prompt))
     )
     if not ok:
         raise bad_request(
-            "'prompt' must be a string, an array of strings or an array of token ids",
+            "'prompt' must be a string, an array of strings or an array of token ids "
+            "(integers from 0 to 2^31-1)",
             param="prompt",
         )
 
@@ -115,12 +118,7 @@ def parse_inbound(
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> InboundRequest:
     """Validate what routing needs; raise :class:`ApiError` (4xx) for anything else."""
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(
-            f"request body is not valid JSON: {exc.msg}", code="invalid_json"
-        ) from None
+    payload = loads_request(body)  # strict: duplicate keys and huge integers are refused
     if not isinstance(payload, dict):
         raise bad_request("request body must be a JSON object")
     model = payload.get("model")

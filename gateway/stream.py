@@ -10,6 +10,7 @@ the gateway draining — into :class:`StreamBroken`: never a silent end, never a
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -25,10 +26,13 @@ from gateway.chain.hop_timing import (
     take_timing_comment,
 )
 from gateway.errors import ApiError
+from gateway.scrub import scrub
 from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.token_events import carries_token
 from routing.types import BackendSpec
+
+log = logging.getLogger("meridian.stream")
 
 # A backend's own end-of-stream phases (the emulator sends them; vLLM-style engines cannot put
 # them in headers, which go out before the first token).
@@ -88,7 +92,8 @@ def is_malformed(event: SseEvent, obj: dict[str, Any] | None) -> bool:
 def upstream_error(obj: dict[str, Any]) -> str:
     error = obj.get("error")
     message = error.get("message") if isinstance(error, dict) else error
-    return f"upstream sent an error mid-stream: {str(message)[:500]}"
+    log.warning("upstream error event mid-stream: %s", scrub(str(message)))
+    return "upstream sent an error mid-stream"
 
 
 def event_carries_output(event: SseEvent) -> tuple[bool, dict[str, Any] | None]:

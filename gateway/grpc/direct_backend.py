@@ -23,9 +23,13 @@ from gateway.grpc.backend import (
     StreamFailed,
     StreamOpened,
 )
+from gateway.scrub import connect_words, scrub, status_words
 from gateway.sse import SseSplitter
 
 _MAX_ERROR_BODY = 64 * 1024
+
+
+_CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:
@@ -47,14 +51,16 @@ def _error_fields(body: bytes) -> tuple[str | None, str | None]:
         return None, None
     code = error.get("code")
     message = error.get("message")
-    return (str(message) if message else None), (code if isinstance(code, str) else None)
+    return (scrub(str(message)) if message else None), (code if isinstance(code, str) else None)
 
 
 async def _status_failure(response: aiohttp.ClientResponse) -> StreamFailed:
     message, code = _error_fields(await response.content.read(_MAX_ERROR_BODY))
+    if response.status not in _CLIENT_FAULT_STATUSES:  # only the client's own fault is told
+        message = None
     return StreamFailed(
         response.status,
-        message or f"backend answered HTTP {response.status}",
+        message or status_words(response.status),
         code,
         _retry_after(response),
     )
@@ -137,4 +143,4 @@ class DirectHttpBackend:
             yield StreamFailed(504, "backend did not finish within the deadline", "timeout")
         except (aiohttp.ClientError, orjson.JSONDecodeError, ValueError) as exc:
             status = 502 if opened else 503
-            yield StreamFailed(status, f"backend connection failed: {exc!r}", "upstream_error")
+            yield StreamFailed(status, f"backend failed: {connect_words(exc)}", "upstream_error")

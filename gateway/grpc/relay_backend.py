@@ -165,7 +165,7 @@ class RelayBackend:
         code = fields.get("code")
         return StreamFailed(
             502,
-            str(fields.get("message") or "backend sent an error event mid-stream"),
+            "backend sent an error event mid-stream",
             code if isinstance(code, str) else "upstream_error_event",
             None,
             summary_metadata(opened.summary(time.perf_counter())),

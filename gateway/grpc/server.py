@@ -24,8 +24,8 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway.grpc.backend import InferenceBackend
 from gateway.grpc.servicer import InferenceServicer, ServicerLimits
+from gateway.grpc.strict_decode import add_inference_servicer
 from proto.meridian.v1 import inference_pb2 as pb
-from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
 
 log = logging.getLogger("meridian.grpc")
 
@@ -82,7 +82,7 @@ async def start_grpc_server(
     config = config or GrpcServerConfig()
     server = grpc.aio.server(options=config.channel_options())
     servicer = InferenceServicer(backend, config.limits)
-    pb_grpc.add_InferenceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    add_inference_servicer(servicer, server)  # a message that does not decode: INVALID_ARGUMENT
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if config.reflection:

@@ -1,0 +1,79 @@
+"""Request bodies parsed strictly: one value per key, integers that fit, no NaN.
+
+The gateway forwards the client's body unchanged, so what it routes on must be exactly what the
+backend will read. ``{"model": "a", "model": "b"}`` is legal-looking JSON that parsers resolve
+differently (first wins, last wins): refused. So are integers beyond signed 64 bits (parsers
+disagree on them too: orjson turns them into floats) and the non-standard ``NaN``/``Infinity``.
+
+orjson does the fast validating parse (and refuses invalid UTF-8 and lone surrogates); the
+standard library's scanner then sees every key pair and integer literal, which orjson hides.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+from gateway.errors import ApiError, bad_request
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+class _Refused(ValueError):
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                shown = key if len(key) <= 64 and key.isprintable() else key[:64].encode().hex()
+                raise _Refused(f"duplicate key '{shown}' in the request body", "duplicate_key")
+            seen.add(key)
+    return result
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > 20:  # beyond any int64, and int() on huge literals is slow
+        raise _Refused("an integer in the request body is out of range", "integer_out_of_range")
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _Refused("an integer in the request body is out of range", "integer_out_of_range")
+    return value
+
+
+def _no_constants(name: str) -> Any:
+    raise _Refused(f"'{name}' is not valid JSON", "invalid_json")
+
+
+def loads_request(body: bytes) -> Any:
+    """The parsed body, or :class:`ApiError` 400 (``invalid_json``, ``duplicate_key``, …)."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(
+            f"request body is not valid JSON: {exc.msg}", code="invalid_json"
+        ) from None
+    try:
+        json.loads(
+            body,
+            object_pairs_hook=_unique_pairs,
+            parse_int=_bounded_int,
+            parse_constant=_no_constants,
+        )
+    except _Refused as refused:
+        raise bad_request(refused.message, code=refused.code) from None
+    except (ValueError, RecursionError):  # orjson accepted it; the scanner's own limits
+        raise bad_request("request body is not valid JSON", code="invalid_json") from None
+    return payload
+
+
+__all__ = ["ApiError", "loads_request"]
