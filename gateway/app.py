@@ -18,6 +18,7 @@ from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
 from gateway.loop_health import loop_health_ctx
 from gateway.metrics import GatewayMetrics
+from gateway.observability.fleet_status import FleetStatusCollector
 from gateway.prefix_expiry import prefix_expiry_ctx
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
@@ -69,6 +70,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
+    metrics.registry.register(FleetStatusCollector(lambda: relay.state))
 
     async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
         yield
