@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 	sh scripts/install_debian_packages.sh redis-server=redis-server redis-cli=redis-tools \
 		promtool=prometheus
+	PYTHON=$(PYTHON) sh scripts/install_deploy_tools.sh
 
 ## Run the embedded default: the gateway in front of an emulated three-region fleet.
 ## `make run PORT=9090` listens elsewhere; `CONFIG=my-gateway.yaml` serves your own config.
@@ -37,8 +38,9 @@ typecheck: $(STAMP)
 coverage: $(STAMP)
 	$(BIN)/pytest -q tests/routing --cov=routing --cov-branch --cov-report=term-missing:skip-covered --cov-fail-under=100
 
+## MERIDIAN_DEPLOY_TOOLS=required: after setup, a missing deploy tool fails its test (no skip).
 unit: $(STAMP)
-	$(BIN)/pytest
+	MERIDIAN_DEPLOY_TOOLS=required $(BIN)/pytest
 
 ## Gateway overhead benchmark (not part of the tests): direct vs through the gateway.
 bench: $(STAMP)

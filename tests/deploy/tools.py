@@ -25,12 +25,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 VENV_BIN = Path(sys.executable).parent
+TOOLS_BIN = ROOT / ".venv-deploy" / "bin"  # scripts/install_deploy_tools.sh installs there
+MERIDIAN = VENV_BIN / "meridian"  # this checkout's, whatever else is on PATH
 READY_LINE = "meridian listening on "
 
 
 def tool(name: str) -> str:
-    """The path of an external tool: the venv's own first, then PATH."""
-    found = shutil.which(name, path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    """The path of an external tool: PATH first (the machine's own), then the tools venv."""
+    search = os.pathsep.join([os.environ.get("PATH", ""), str(VENV_BIN), str(TOOLS_BIN)])
+    found = shutil.which(name, path=search)
     if found is not None:
         return found
     message = f"{name} not found: `make test` installs it (scripts/install_deploy_tools.sh)"
@@ -49,6 +52,13 @@ def run(args: Sequence[str | Path], **kwargs: object) -> subprocess.CompletedPro
         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
     return result  # type: ignore[no-any-return]
+
+
+def run_failing(args: Sequence[str | Path]) -> str:
+    """Run a command that must fail; its output."""
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, check=False)
+    assert done.returncode != 0, done.stdout
+    return done.stdout + done.stderr
 
 
 @dataclass

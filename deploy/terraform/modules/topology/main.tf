@@ -1,0 +1,84 @@
+locals {
+  region_names = sort(keys(var.regions))
+
+  # rtt[from][to], filled from the other direction when only one is given.
+  rtt = {
+    for from in local.region_names : from => {
+      for to in local.region_names : to => (
+        from == to ? var.local_rtt_ms : try(var.rtt_ms[from][to], var.rtt_ms[to][from], null)
+      )
+    }
+  }
+
+  models_in = {
+    for name in local.region_names : name => sort(distinct(flatten([
+      for b in var.backends : b.models if b.region == name
+    ])))
+  }
+
+  # Backends as Meridian's config spells them, with unset optional parts left out.
+  backend_entries = {
+    for b in var.backends : b.name => { for k, v in {
+      name     = b.name
+      region   = b.region
+      kind     = b.kind
+      engine   = b.engine
+      url      = b.url
+      models   = b.models
+      api_key  = b.api_key_file == null ? null : { file = b.api_key_file }
+      capacity = b.capacity
+      price    = b.price
+    } : k => v if v != null }
+  }
+
+  # A link from -> to is a backend of kind gateway in `from`'s file, serving what `to` serves.
+  link_entries = {
+    for link in var.links : link.from => {
+      name   = "${link.to}-gateway"
+      region = link.to
+      kind   = "gateway"
+      engine = "meridian"
+      url    = "${var.regions[link.to].gateway_url}/v1"
+      models = local.models_in[link.to]
+    }...
+  }
+
+  # Through JSON, because the two branches are objects of different shapes (Terraform's
+  # conditional wants one type).
+  state = {
+    for name, r in var.regions : name => jsondecode(r.redis == null ? jsonencode({ backend = "memory" }) : jsonencode({
+      for k, v in {
+        backend       = "redis"
+        url           = r.redis.url
+        password_file = r.redis.password_file
+        tls           = r.redis.tls ? { enabled = true } : null
+        key_prefix    = "meridian-${name}"
+      } : k => v if v != null
+    }))
+  }
+
+  operator_configs = {
+    for name in local.region_names : name => merge(var.settings, {
+      region = name
+      listen = var.listen
+      regions = [for other in local.region_names : {
+        name     = other
+        location = var.regions[other].location
+        rtt_ms   = local.rtt[name][other]
+      }]
+      backends = concat(
+        [for b in var.backends : local.backend_entries[b.name] if b.region == name],
+        lookup(local.link_entries, name, []),
+      )
+      state  = local.state[name]
+      chain  = { id = "${name}-gw" }
+      drain  = var.drain
+      reload = { watch_interval_s = 10 }
+    })
+  }
+
+  header = <<-EOT
+    # Rendered by deploy/terraform/modules/topology; do not edit by hand: change the topology
+    # (regions, backends, links) and render again. Checked by: meridian check-config
+  EOT
+}
