@@ -4,6 +4,7 @@ the pod's stop budget longer than the file's drain."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,13 @@ KUBERNETES_VERSION = "1.36.0"  # a current release, as kubernetes-validate ships
 PRESTOP_S = 5
 
 
+@functools.cache
 def render(region: str) -> str:
     return run([tool("kubectl"), "kustomize", KUBERNETES / "overlays" / region]).stdout
 
 
 def objects(region: str) -> list[dict[str, Any]]:
+    """A fresh copy each call (tests may not share mutations); the rendering is cached."""
     return [d for d in yaml.safe_load_all(render(region)) if d]
 
 
