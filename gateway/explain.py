@@ -179,6 +179,7 @@ def explain_report(
         ],
         "filtered": filtered,
         "note": decision.note,
+        "explored": decision.explored,  # the chosen one would be re-measuring old evidence
     }
 
 

@@ -99,6 +99,12 @@ class GatewayMetrics:
             buckets=(-1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
             registry=r,
         )
+        self.explorations = Counter(
+            "meridian_route_explorations",
+            "Requests routed to re-measure a backend whose evidence was old (routing.exploration).",
+            ["backend"],
+            registry=r,
+        )
         self.stream_errors = Counter(
             "meridian_stream_errors",
             "Streams that failed after the first token, by kind.",

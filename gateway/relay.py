@@ -139,6 +139,8 @@ class Relay:
         decision = state.router.decide(profile, state.fleet.snapshot(), time.monotonic())
         route_ms = record.route_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.route_decision.observe(route_ms / 1000.0)
+        if decision.explored:  # the exploration budget at work (routing.exploration)
+            self.metrics.explorations.labels(decision.ranked[0].backend).inc()
         if not decision.ranked:
             reports = state.fleet.downstream_reports()
             if (loop := chain.refusal(decision, hop, reports, inbound.model)) is not None:

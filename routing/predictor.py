@@ -99,6 +99,7 @@ class Prediction:
             ratio_p90=learned.ratio_p90.item(row),
             stale_after_s=self.params.stale_after_s,
             placement_ms=0.0 if self.placement is None else self.placement.item(row),
+            evidence_horizon_s=self.params.evidence_horizon_s,
         )
 
 

@@ -36,6 +36,7 @@ class RowInputs(NamedTuple):
     ratio_p90: float
     stale_after_s: float
     placement_ms: float  # the request's placement penalty (score only, not TTFT)
+    evidence_horizon_s: float = 10.0  # see PredictorParams
 
 
 class Breakdown(NamedTuple):
@@ -49,7 +50,7 @@ def _staleness(age: float, stale_after_s: float) -> float:
 
 
 def breakdown(x: RowInputs) -> Breakdown:
-    rtt, queue, prefill, step, cold, downstream, _, overhead = x.terms
+    rtt, queue, prefill, step, cold, downstream, bias, overhead = x.terms
     stale = x.stale_after_s
     if x.rtt_age_s is not None:
         rtt_age, rtt_rel = x.rtt_age_s, 0.1 * _staleness(x.rtt_age_s, stale)
@@ -72,9 +73,12 @@ def breakdown(x: RowInputs) -> Breakdown:
         rtt_age, queue_age, learned_age, queue_age, x.traffic_age_s,
         down_age, learned_age, CONFIGURED,
     )  # fmt: skip
+    # A learned offset is doubted more the older its evidence (all of it at the horizon):
+    # what the backend did a minute ago is not what it does now.
+    doubt = min(max(learned_age, 0.0) / x.evidence_horizon_s, 1.0) * abs(bias)
     spreads = (
         rtt_rel * rtt, queue_rel * queue, prefill_rel * prefill, step_sd,
-        cold_sd, down_sd, x.bias_dev_ms, 0.2 * overhead,
+        cold_sd, down_sd, x.bias_dev_ms + doubt, 0.2 * overhead,
     )  # fmt: skip
     sd = math.sqrt(sum(s * s for s in spreads))
     ttft = x.ttft_ms

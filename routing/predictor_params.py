@@ -16,3 +16,4 @@ class PredictorParams:
     itl_batch_slope: float = 1.0  # ITL at a full batch = ITL x (1 + slope)
     keep_warm_after: float = 0.5  # an idle serverless backend earns a keep-warm credit from
     # this fraction of its idle timeout (see routing.keep_warm)
+    evidence_horizon_s: float = 10.0  # a learned offset's spread grows to all of it by this age

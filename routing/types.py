@@ -151,6 +151,8 @@ class Decision:
     rejected: tuple[Rejection, ...] = ()
     omitted: int = 0  # eligible candidates left out of ``ranked`` (hot path keeps the top few)
     note: str = ""  # one line for operators, e.g. why there is no backend
+    # The chosen backend was picked to re-measure it (exploration), not for its score.
+    explored: bool = False
 
     @property
     def chosen(self) -> Candidate | None:

@@ -139,4 +139,6 @@ class PipelineRouter:
             row = int(rows[chosen])
             self.load.reserve(view.names[row], now)
             self.scorer.decided(ctx, row, scores, chosen)
-        return Decision(self.name, ranked, rejected, omitted=len(rows) - len(ranked))
+        return Decision(
+            self.name, ranked, rejected, omitted=len(rows) - len(ranked), explored=scores.explored
+        )

@@ -33,6 +33,7 @@ class Scores:
     basis: str  # what the values are, for humans: "predicted TTFT (ms)"
     prediction: Prediction | None = None
     mode: str = ""  # which branch of a policy decided, e.g. "cache affinity"
+    explored: bool = False  # one row's score was lowered to re-measure it (routing.exploration)
     annotate: Annotate | None = None
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 from pydantic import Field
 
+from routing.exploration import Exploration, ExploreParams, Explorer
 from routing.fleet_view import F64, FleetView
 from routing.keep_warm import keep_warm_credit
 from routing.learned_columns import LearnedColumns
@@ -61,6 +62,26 @@ class PredictedTTFTParams(CommonParams):
         description="a learned correction no sample refreshed for this long (after a few "
         "seconds' grace) is halfway back to configuration",
     )
+    explore_share: float = Field(
+        default=0.01,
+        ge=0,
+        le=0.05,
+        description="at most this share of requests re-measures a backend whose evidence is "
+        "old (0: never); see routing.exploration",
+    )
+    explore_after_s: float = Field(
+        default=5.0, gt=0, description="evidence this old makes a backend worth re-measuring"
+    )
+    explore_horizon_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="a learned offset this old is not believed at all when judging whether a "
+        "backend could be competitive (its spread widens until then)",
+    )
+    explore_within_ms: float = Field(
+        default=50.0, ge=0, description="explore only within this of the best score..."
+    )
+    explore_within_rel: float = Field(default=0.5, ge=0, description="...or this fraction of it")
     keep_warm_margin_ms: float = Field(
         default=50.0,
         ge=0,
@@ -133,11 +154,20 @@ class PredictedTTFTScorer:
             cold_ramp=params.cold_ramp,
             itl_batch_slope=params.itl_batch_slope,
             keep_warm_after=params.keep_warm_after,
+            evidence_horizon_s=params.explore_horizon_s,
         )
         self.learned = LearnedColumns(
             self.learner, params.default_output_tokens, params.default_prompt_tokens
         )
         self.row_terms = RowTerms(self.predictor_params)
+        self.explorer = Explorer(
+            ExploreParams(
+                share=params.explore_share, after_s=params.explore_after_s,
+                horizon_s=params.explore_horizon_s, within_ms=params.explore_within_ms,
+                within_rel=params.explore_within_rel,
+            )
+        )  # fmt: skip
+        self._exploring: Exploration | None = None
         self.params = params
         self._view: FleetView | None = None
         self._load: LoadColumns | None = None
@@ -158,11 +188,24 @@ class PredictedTTFTScorer:
         credit = keep_warm_credit(
             view, ctx.rows, ctx.load, self.row_terms, ctx.now, p.keep_warm_margin_ms
         )
-        if credit is None:
-            return Scores(pred.score, basis, pred)
-        return Scores(pred.score - credit, basis, pred, mode="keep-warm credit offered")
+        values, mode = pred.score, ""
+        if credit is not None:
+            values, mode = pred.score - credit, "keep-warm credit offered"
+        explore = self._exploring = self.explorer.candidate(
+            values, pred.ttft_ms, ctx.rows, self.learned, ctx.profile, ctx.now
+        )
+        if explore is None:
+            return Scores(values, basis, pred, mode=mode)
+        # Strictly below the best by more than the picker's margin: the picker must take it.
+        best = float(values.min())
+        values = values.copy()
+        values[explore.position] = best - p.margin_ms - p.margin_rel * abs(best) - 1.0
+        why = explore.describe(view.names[explore.row])
+        return Scores(values, basis, pred, mode=why, explored=True)
 
     def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
+        explore = self._exploring
+        self.explorer.committed(explore is not None and explore.row == row)
         backend = ctx.view.names[row]
         profile = ctx.profile
         if profile.prefix_hashes:

@@ -1,0 +1,103 @@
+"""Exploration with a budget: now and then a real request re-measures a backend nobody chose.
+
+A backend avoided after a bad minute gets no more samples, so what was learned about it can
+only be undone by decay (slow on purpose). So a bounded share of real requests goes to such a
+backend when it could plausibly be competitive: its evidence is older than ``after_s``, and
+its *optimistic* TTFT, the prediction minus the part of its learned offset that its age no
+longer vouches for (all of it after ``horizon_s``), is within ``within_ms`` or ``within_rel``
+of the best score. Old evidence is optimistic under uncertainty, not pessimistic for ever.
+
+The budget is a token bucket in decisions, not time: every committed decision earns ``share``
+of a credit (up to ``burst``), an exploration spends one, so explorations are at most ``share``
+of requests plus ``burst``. A request with a deadline explores only where even the pessimistic
+prediction (the full learned offset) is within ``deadline_share`` of its deadline, so no
+exploration can miss a deadline the router expected to meet. ``explain`` shows what the next
+decision would explore without spending anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from routing.fleet_view import F64, Rows
+from routing.learned_columns import LearnedColumns
+from routing.types import RequestProfile
+
+
+@dataclass(frozen=True, slots=True)
+class ExploreParams:
+    share: float = 0.01  # of committed decisions (0: never explore)
+    burst: float = 2.0  # credits that can pile up while nothing is worth exploring
+    after_s: float = 5.0  # evidence this old makes a backend a candidate
+    horizon_s: float = 10.0  # ...and this old is not believed at all in the optimistic bound
+    within_ms: float = 50.0  # optimistic score within this of the best...
+    within_rel: float = 0.5  # ...or this fraction of it
+    deadline_share: float = 0.5  # a deadline must leave this much room beyond the prediction
+
+
+@dataclass(frozen=True, slots=True)
+class Exploration:
+    position: int  # into the eligible rows
+    row: int
+    age_s: float
+    doubted_ms: float  # offset not believed in the optimistic bound
+
+    def describe(self, backend: str) -> str:
+        return (
+            f"exploring {backend}: evidence {self.age_s:.1f} s old, "
+            f"{self.doubted_ms:.0f} ms of its learned offset doubted"
+        )
+
+
+class Explorer:
+    def __init__(self, params: ExploreParams) -> None:
+        self.params = params
+        self.credit = 0.0  # earned by decisions: none explores before 1 / share of them
+        self.explored = 0  # committed explorations
+        self.decisions = 0  # committed decisions
+
+    def candidate(
+        self,
+        scores: F64,
+        ttft_ms: F64,
+        rows: Rows,
+        learned: LearnedColumns,
+        profile: RequestProfile,
+        now: float,
+    ) -> Exploration | None:
+        """The eligible row worth re-measuring now, if the budget allows one."""
+        p = self.params
+        if self.credit < 1.0 or len(rows) < 2:
+            return None
+        age = now - learned.learned_at[rows]  # NaN: never observed, nothing to doubt
+        stale = np.flatnonzero(age >= p.after_s)
+        if len(stale) == 0:
+            return None
+        offset = np.maximum(learned.bias_ms[rows[stale]], 0.0)
+        doubted = offset * np.minimum(age[stale] / p.horizon_s, 1.0)
+        optimistic = scores[stale] - doubted
+        best = float(scores.min())
+        bound = best + max(p.within_ms, p.within_rel * abs(best))
+        fits = (optimistic <= bound) & (scores[stale] > best)
+        if profile.deadline_s is not None:
+            room_ms = 1000.0 * profile.deadline_s * p.deadline_share
+            fits &= ttft_ms[rows[stale]] <= room_ms
+        if not fits.any():
+            return None
+        # The oldest evidence first: it is the one least known.
+        pick = int(np.flatnonzero(fits)[np.argmax(age[stale][fits])])
+        position = int(stale[pick])
+        return Exploration(
+            position, int(rows[position]), float(age[position]), float(doubted[pick])
+        )
+
+    def committed(self, explored: bool) -> None:
+        """One decision was committed; ``explored``: it went to the exploration candidate."""
+        p = self.params
+        self.decisions += 1
+        self.credit = min(self.credit + p.share, p.burst)
+        if explored:
+            self.credit -= 1.0
+            self.explored += 1
