@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 
 from gateway.chain.hop import LOOP_STATUS, ChainError, ChainErrorKind
+from gateway.doors.upstream import upstream_call
 from gateway.errors import ApiError
 from gateway.inbound import InboundRequest
 from gateway.metrics import GatewayMetrics
@@ -28,7 +29,7 @@ from gateway.relay_state import ClassPolicy, RelayState
 from gateway.scrub import connect_words, scrub, status_words
 from gateway.signals.outlier import FailureKind
 from gateway.sse import SseSplitter
-from gateway.stream import OpenedStream, RouteInfo, event_carries_output, is_malformed
+from gateway.stream import OpenedStream, RouteInfo, is_malformed
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming
 from routing.types import Candidate, Observation
@@ -101,11 +102,9 @@ async def run_attempt(
     first_token_s = ctx.policy.first_token_s
     try:
         async with asyncio.timeout(first_token_s):
+            call = upstream_call(ctx.inbound, state, name)  # path, body and wire format
             response = await state.pool[name].post(
-                ctx.inbound.endpoint.path,
-                ctx.inbound.body_for(state.known_models, name),
-                ctx.forward_headers,
-                timing,
+                call.path, call.body, ctx.forward_headers, timing
             )
             if response.status != 200:
                 return await _status_failure(ctx, name, response)
@@ -121,6 +120,7 @@ async def run_attempt(
                 [],
                 inter_token_s=ctx.policy.inter_token_s,
                 state=state,
+                grammar=call.grammar,
             )
             failure = await _read_first(opened, ctx.inbound.stream)
             if failure is not None:
@@ -181,11 +181,12 @@ async def _read_first(opened: OpenedStream, stream: bool) -> AttemptFailure | No
         except ValueError as exc:
             return AttemptFailure(name, "malformed", str(exc))
         for event in events:
-            carries, obj = event_carries_output(event)
+            carries, obj = opened.grammar.parse(event)
             if is_malformed(event, obj):
                 return AttemptFailure(name, "malformed", "non-JSON data event before first token")
-            if obj is not None and "error" in obj:
-                log.warning("backend=%s error event: %s", name, error_message(event.data or b""))
+            error = opened.grammar.error(obj) if obj is not None else None
+            if error is not None:
+                log.warning("backend=%s error event: %s", name, error)
                 return AttemptFailure(name, "error_event", "backend sent an error event")
             opened.note(event, obj, carries)
             opened.first_events.append(event)

@@ -105,6 +105,12 @@ class BackendConfig(_Strict):
     url: AnyHttpUrl
     engine: Engine = "vllm"
     models: Annotated[list[str], Field(min_length=1)]
+    apis: list[Literal["chat", "completions", "embeddings", "responses", "messages"]] = Field(
+        default=["chat", "completions", "embeddings"],
+        description="Which APIs this backend serves. 'responses' (the OpenAI Responses API) "
+        "and 'messages' (Anthropic Messages) must be declared; Messages requests also reach "
+        "backends with 'chat', translated to chat completions.",
+    )
     model_ids: dict[str, str] = Field(
         default_factory=dict,
         description="What this backend calls each public model, where it differs: public name "

@@ -61,6 +61,16 @@ def model_not_found(model: str) -> ApiError:
     )
 
 
+def api_not_served(model: str, path: str) -> ApiError:
+    return ApiError(
+        404,
+        f"No backend serving the model '{model}' offers {path}.",
+        "invalid_request_error",
+        "endpoint_not_served",
+        "model",
+    )
+
+
 def no_backend(message: str, retry_after_s: float | None = None) -> ApiError:
     return ApiError(
         503, message, "service_unavailable", "no_backend_available", None, retry_after_s

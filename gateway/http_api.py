@@ -18,8 +18,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.chain.hop import HOP_HEADERS
-from gateway.doors import add_door_routes
 from gateway.doors.models import model_object
+from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
 from gateway.objectives import apply as apply_objective
@@ -71,7 +71,9 @@ async def _read_body(request: web.Request) -> bytes:
         raise too_large from None
 
 
-async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+async def _completion(
+    request: web.Request, endpoint: Endpoint, wire: DoorWire = OPENAI_WIRE
+) -> web.StreamResponse:
     received_at = time.perf_counter()
     relay, metrics = request.app[RELAY], request.app[METRICS]
     request_id = request_id_from(request.headers.get("X-Request-Id"))
@@ -105,8 +107,8 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
         if inbound is None:  # refused before the relay core saw it: the door logs it
             relay.observer.rejected("http", endpoint.value, request_id, err, received_at)
         if writer is not None and writer.response is not None:
-            return await _error_after_headers(writer, err)
-        return err.to_response({"X-Request-Id": request_id})
+            return await _error_after_headers(writer, wire.stream_error(err))
+        return wire.error_response(err, {"X-Request-Id": request_id})
     finally:
         if status_label != "error":
             metrics.requests.labels("http", endpoint.value, model_label, status_label).inc()
@@ -116,9 +118,12 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
     try:
         if not inbound.stream:
             failure = None
-            return _whole_body(request_id, opened)
+            return _whole_body(
+                request_id, opened, wire.whole_body(inbound, opened, opened.body or b"")
+            )
         writer = writer or SseWriter(request, relay.config.streams)
-        failure = await _relay_stream(request, writer, request_id, opened, ended)
+        codec = wire.codec(inbound, opened)
+        failure = await _relay_stream(request, writer, request_id, opened, ended, codec)
         assert writer.response is not None
         return writer.response
     finally:
@@ -158,16 +163,16 @@ async def _open_keeping_alive(
         raise
 
 
-async def _error_after_headers(writer: SseWriter, err: ApiError) -> web.StreamResponse:
+async def _error_after_headers(writer: SseWriter, event: bytes) -> web.StreamResponse:
     """Every attempt failed after early headers committed a 200: the error is an event."""
     assert writer.response is not None
     with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
-        await writer.write(err.sse_event())
+        await writer.write(event)
         await writer.response.write_eof()
     return writer.response
 
 
-def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
+def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> web.Response:
     assert opened.body is not None
     now = time.perf_counter()
     try:
@@ -182,7 +187,7 @@ def _whole_body(request_id: str, opened: OpenedStream) -> web.Response:
     headers["X-Meridian-Timing"] = orjson.dumps(summary).decode()
     return web.Response(
         status=200,
-        body=opened.body,
+        body=body,
         headers=headers,
         content_type=opened.response.content_type or "application/json",
     )
@@ -203,6 +208,7 @@ async def _relay_stream(
     request_id: str,
     opened: OpenedStream,
     ended: StreamEnd,
+    codec: StreamCodec,
 ) -> FailureKind | None:
     """Write the stream; returns how it failed (None when complete)."""
     safety = request.app[RELAY].safety
@@ -214,17 +220,19 @@ async def _relay_stream(
         else:
             await writer.start(_response_headers(request_id, opened))
         async for event in opened.all_events():
-            if event.is_done:
+            if event is opened.ended_by:  # [DONE], response.completed, message_stop
                 await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
-                await writer.end(b"data: [DONE]\n\n")
+                await writer.end(codec.encode(event))
                 return None
-            await writer.write(event.raw)
+            encoded = codec.encode(event)
+            if encoded:
+                await writer.write(encoded)
     except StreamBroken as broken:
         ended.error = broken.kind
         log.warning("stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
         request.app[METRICS].stream_errors.labels(opened.route.backend, broken.kind).inc()
         with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
-            await writer.write(broken.error.sse_event())
+            await writer.write(codec.error_event(broken.error))
             await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
         return _BROKEN_AS.get(broken.kind, FailureKind.SERVER_ERROR)
     except ClientTooSlow as slow:
@@ -299,6 +307,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", list_models)
+    from gateway.doors.routes import add_door_routes  # the doors build on this module
+
     add_door_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gateway.errors import ApiError, bad_request, model_not_found
+import orjson
+
+from gateway.doors.bodies import door_body
+from gateway.errors import ApiError, api_not_served, bad_request, model_not_found
 from gateway.model_names import ModelNames, body_for_backend
 from gateway.strict_json import loads_request
 from routing.errors import RoutingError
@@ -30,10 +33,22 @@ MAX_INT32 = 2**31 - 1
 class Endpoint(StrEnum):
     CHAT = "chat"
     COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"  # gateway/doors/embeddings.py
+    RESPONSES = "responses"  # gateway/doors/responses.py
+    MESSAGES = "messages"  # Anthropic Messages: gateway/doors/messages.py
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self is Endpoint.CHAT else "/v1/completions"
+        return _PATHS[self]
+
+
+_PATHS = {
+    Endpoint.CHAT: "/v1/chat/completions",
+    Endpoint.COMPLETIONS: "/v1/completions",
+    Endpoint.EMBEDDINGS: "/v1/embeddings",
+    Endpoint.RESPONSES: "/v1/responses",
+    Endpoint.MESSAGES: "/v1/messages",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +64,7 @@ class InboundRequest:
     profile: RequestProfile
     received_at: float  # time.perf_counter() when the request arrived
     client_model: str = ""  # the name as the client sent it, when an alias (else == model)
+    chat_body: bytes | None = None  # the request as chat completions, for backends that need it
 
     def body_for(self, names: ModelNames, backend: str) -> bytes:
         """The body as ``backend`` must receive it: ``model`` set to its own id."""
@@ -137,7 +153,11 @@ def parse_inbound(
         payload, "max_tokens"
     )
 
-    if endpoint is Endpoint.CHAT:
+    door = door_body(endpoint.value)  # another door's body, seen as chat or completions
+    if door is not None:
+        payload, chat_form = door(payload)
+        max_tokens = _optional_int(payload, "max_tokens")
+    if "messages" in payload or endpoint is Endpoint.CHAT:
         _check_messages(payload.get("messages"))
     else:
         _check_prompt(payload.get("prompt"))
@@ -146,8 +166,13 @@ def parse_inbound(
     client_model = model
     if isinstance(known_models, ModelNames):
         model = known_models.public[model]
+        if not known_models.offers(model, endpoint.value):
+            raise api_not_served(model, endpoint.path)
         payload["model"] = model  # the profile (prefix hashes, routing key) uses the public name
-    make_profile = profile_from_chat if endpoint is Endpoint.CHAT else profile_from_completion
+    chat_body = None
+    if door is not None and chat_form:
+        chat_body = orjson.dumps(payload)
+    make_profile = profile_from_chat if "messages" in payload else profile_from_completion
     try:
         profile = make_profile(payload, tenant, origin, block_tokens)
     except RoutingError as exc:
@@ -165,6 +190,7 @@ def parse_inbound(
         profile=profile,
         received_at=received_at,
         client_model=client_model if client_model != model else "",
+        chat_body=chat_body,
     )
 
 

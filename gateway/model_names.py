@@ -29,13 +29,19 @@ class ModelNames:
 
     public: Mapping[str, str] = field(default_factory=dict)  # accepted name -> public name
     ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # backend -> public -> id
+    apis: Mapping[str, frozenset[str]] = field(default_factory=dict)  # public -> APIs offered
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> ModelNames:
         public = {m: m for b in config.backends for m in b.models}
         public.update(config.model_aliases)
         ids = {b.name: dict(b.model_ids) for b in config.backends if b.model_ids}
-        return cls(public=public, ids=ids)
+        apis: dict[str, set[str]] = {}
+        for backend in config.backends:
+            offered = set(backend.apis) | ({"messages"} if "chat" in backend.apis else set())
+            for model in backend.models:
+                apis.setdefault(model, set()).update(offered)
+        return cls(public=public, ids=ids, apis={m: frozenset(a) for m, a in apis.items()})
 
     def __contains__(self, name: object) -> bool:
         return name in self.public
@@ -49,6 +55,10 @@ class ModelNames:
     def resolve(self, name: str) -> str | None:
         """The public model a client's name means, or None when nothing serves it."""
         return self.public.get(name)
+
+    def offers(self, public: str, api: str) -> bool:
+        """Whether some backend serving ``public`` offers ``api`` (chat, responses, ...)."""
+        return api in self.apis.get(public, ()) if self.apis else True
 
     def upstream_id(self, backend: str, public: str) -> str:
         return self.ids.get(backend, {}).get(public, public)

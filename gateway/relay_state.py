@@ -88,9 +88,9 @@ class RelayState:
     admission: Admission
     builders: Builders = Builders()
     specs: Mapping[str, BackendSpec] = field(default_factory=dict)
-    known_models: ModelNames = field(
-        default_factory=ModelNames
-    )  # accepted names -> public names (aliases)
+    apis: Mapping[str, frozenset[str]] = field(default_factory=dict)  # backend -> its APIs
+    # Accepted model names -> public names (aliases), and each backend's own ids.
+    known_models: ModelNames = field(default_factory=ModelNames)
     policies: Mapping[LatencyClass, ClassPolicy] = field(default_factory=dict)
     active: int = 0  # requests that started on this state and have not finished
     _idle: asyncio.Event | None = None
@@ -166,6 +166,7 @@ def build_state(
         builders=builders,
         specs={b.name: b.spec() for b in config.backends},
         known_models=ModelNames.from_config(config),
+        apis={b.name: frozenset(b.apis) for b in config.backends},
         policies=class_policies(config),
     )
 

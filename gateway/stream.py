@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import orjson
 
 from gateway.chain.hop_timing import (
     TIMING_HEADER,
@@ -25,11 +24,11 @@ from gateway.chain.hop_timing import (
     merge_summary,
     take_timing_comment,
 )
+from gateway.doors.grammar import OPENAI, Grammar
 from gateway.errors import ApiError
 from gateway.scrub import scrub
 from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
-from gateway.token_events import carries_token
 from routing.types import BackendSpec
 
 log = logging.getLogger("meridian.stream")
@@ -89,33 +88,15 @@ def is_malformed(event: SseEvent, obj: dict[str, Any] | None) -> bool:
     return event.data is not None and obj is None and not event.is_done
 
 
-def upstream_error(obj: dict[str, Any]) -> str:
-    error = obj.get("error")
-    message = error.get("message") if isinstance(error, dict) else error
-    log.warning("upstream error event mid-stream: %s", scrub(str(message)))
+def upstream_error(message: str) -> str:
+    log.warning("upstream error event mid-stream: %s", scrub(message))
     return "upstream sent an error mid-stream"
 
 
 def event_carries_output(event: SseEvent) -> tuple[bool, dict[str, Any] | None]:
-    """Whether an event is the first token (content, text, tool call or a finish)."""
-    if event.data is None:
-        return False, None
-    if event.is_done:
-        return True, None
-    try:
-        obj = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        return False, None
-    if not isinstance(obj, dict):
-        return False, None
-    if "error" in obj:
-        return True, obj
-    if carries_token(obj):
-        return True, obj
-    for choice in obj.get("choices") or ():
-        if isinstance(choice, dict) and choice.get("finish_reason") is not None:
-            return True, obj
-    return False, obj
+    """Whether a chat/completions event is the first token (content, text, tool call or a
+    finish); other wire formats: :mod:`gateway.doors.grammar`."""
+    return OPENAI.parse(event)
 
 
 @dataclass(slots=True)
@@ -142,15 +123,21 @@ class OpenedStream:
     hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
     downstream_hops: list[dict[str, Any]] = field(default_factory=list)  # next gateway's timing
     backend_timing: list[TimingEntry] = field(default_factory=list)  # the backend's own phases
+    grammar: Grammar = OPENAI  # the upstream's wire format (gateway/doors/grammar.py)
+    ended_by: SseEvent | None = None  # the event that ended the stream ([DONE], message_stop)
     record: RequestRecord | None = None  # what the request log, metrics and span report
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
-        if carries and not event.is_done:
-            self.stats.on_token_event(time.perf_counter(), counted=carries_token(obj))
-        if event.is_done:
+        ends = self.grammar.ends(event, obj)
+        if carries and not ends:
+            counted = obj is not None and self.grammar.counts_token(obj)
+            self.stats.on_token_event(time.perf_counter(), counted=counted)
+        if ends:
             self.saw_done = True
-        if obj is not None and isinstance(obj.get("usage"), dict):
-            self.usage = obj["usage"]
+            self.ended_by = event
+        usage = self.grammar.usage(obj) if obj is not None else None
+        if usage is not None:
+            self.usage = {**(self.usage or {}), **usage}
 
     async def all_events(self) -> AsyncIterator[SseEvent]:
         """Every event of the stream: those read with the first token, then the rest."""
@@ -186,13 +173,14 @@ class OpenedStream:
             except ValueError as exc:
                 raise StreamBroken("upstream_malformed", str(exc)) from None
             for event in events:
-                carries, obj = event_carries_output(event)
+                carries, obj = self.grammar.parse(event)
                 if is_malformed(event, obj):
                     if not chunk:  # an unterminated last event that does not parse: cut short
                         raise StreamBroken("upstream_truncated", "upstream stream ended mid-event")
                     raise StreamBroken("upstream_malformed", "upstream sent a non-JSON data event")
-                if obj is not None and "error" in obj:
-                    raise StreamBroken("upstream_error_event", upstream_error(obj))
+                error = self.grammar.error(obj) if obj is not None else None
+                if error is not None:
+                    raise StreamBroken("upstream_error_event", upstream_error(error))
                 self.note(event, obj, carries)
                 yield event
             if not chunk and not self.saw_done:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from gateway.attempt import AttemptContext, AttemptFailure, discard, run_attempt
 from gateway.config import HedgingConfig
+from gateway.doors.upstream import serves
 from gateway.hedging import ObservedTtft, hedge_delay_s
 from gateway.retry_budget import RetryAfterTable
 from gateway.stream import OpenedStream
@@ -60,6 +61,10 @@ class CandidateWalk:
         while self.launched < self.max_attempts and self._index < len(ranked):
             candidate = ranked[self._index]
             self._index += 1
+            if not serves(self.ctx.inbound, self.ctx.state, candidate.backend):
+                if self._index == 1:
+                    router.release(candidate.backend)  # decide() had counted it
+                continue
             wait = self.retry_after.wait_s(candidate.backend, now)
             if wait > 0:
                 if self._index == 1:

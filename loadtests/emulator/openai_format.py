@@ -128,12 +128,65 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     }
 
 
+def tool_to_call(body: Mapping[str, Any]) -> str | None:
+    """The function a chat request with ``tools`` gets called (the forced one, else the
+    first), like a model that always decides to use a tool; None without tools."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not isinstance(tools, list) or not tools or choice == "none":
+        return None
+    if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
+        return str(choice["function"].get("name"))
+    first = tools[0].get("function") if isinstance(tools[0], Mapping) else None
+    return str(first.get("name")) if isinstance(first, Mapping) else None
+
+
+def tool_arguments(index: int, total: int) -> str:
+    """Token ``index`` of ``total`` of a tool call's arguments; together, valid JSON."""
+    if total == 1:
+        return "{}"
+    if index == 0:
+        return '{"q": "'
+    if index == total - 1:
+        return '"}'
+    return WORDS[index % len(WORDS)].strip(" .") or "w"
+
+
 @dataclass(frozen=True, slots=True)
 class ResponseIdentity:
+    """The OpenAI wire (chat chunks or text completions) for one response."""
+
     id: str
     created: int
     model: str
     endpoint: Endpoint
+    tool: str | None = None  # chat with tools: the answer is a call of this function
+    max_tokens: int = 0
+
+    def opening(self) -> bytes:
+        return self.role_chunk() if self.endpoint is Endpoint.CHAT else b""
+
+    def token(self, index: int, finish_reason: str | None) -> bytes:
+        if self.tool is not None:
+            return self.tool_chunk(index, finish_reason and "tool_calls")
+        return self.token_chunk(index, finish_reason)
+
+    def closing(self, prompt: int, completion: int, cached: int, include_usage: bool) -> bytes:
+        return self.usage_chunk(prompt, completion, cached) if include_usage else b""
+
+    def terminal(self) -> bytes:
+        return DONE
+
+    def whole(self, prompt: int, completion: int, cached: int, finish_reason: str) -> bytes:
+        return self.full_body(prompt, completion, cached, finish_reason)
+
+    def tool_chunk(self, index: int, finish_reason: str | None) -> bytes:
+        call: dict[str, Any] = {"index": 0}
+        if index == 0:
+            call.update(id=f"call_{self.id}", type="function", function={"name": self.tool})
+        call.setdefault("function", {})["arguments"] = tool_arguments(index, self.max_tokens)
+        choice = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": finish_reason}
+        return self.sse(self._envelope(self.chunk_object, [choice]))
 
     @property
     def chunk_object(self) -> str:
@@ -177,7 +230,13 @@ class ResponseIdentity:
     def full_body(self, prompt: int, completion: int, cached: int, finish_reason: str) -> bytes:
         text = "".join(WORDS[i % len(WORDS)] for i in range(completion))
         choice: dict[str, Any] = {"index": 0, "logprobs": None}
-        if self.endpoint is Endpoint.CHAT:
+        if self.endpoint is Endpoint.CHAT and self.tool is not None:
+            arguments = "".join(tool_arguments(i, completion) for i in range(completion))
+            function = {"name": self.tool, "arguments": arguments}
+            call = {"id": f"call_{self.id}", "type": "function", "function": function}
+            choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+            finish_reason, obj = "tool_calls", "chat.completion"
+        elif self.endpoint is Endpoint.CHAT:
             choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
             obj = "chat.completion"
         else:

@@ -19,6 +19,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from loadtests.emulator import api_wires
+from loadtests.emulator.api_wires import Adapter
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.driver import LiveStats, RealtimeEngine
 from loadtests.emulator.faults import plan_request
@@ -30,6 +32,7 @@ from loadtests.emulator.openai_format import (
     model_not_found,
     models_body,
     parse_request,
+    tool_to_call,
 )
 from loadtests.emulator.streaming import (
     GenerationContext,
@@ -37,6 +40,7 @@ from loadtests.emulator.streaming import (
     respond_complete,
     respond_stream,
 )
+from loadtests.emulator.wire import WireFactory
 
 __all__ = [
     "EmulatedBackendConfig",
@@ -81,12 +85,14 @@ def error_response(error: ApiError, headers: dict[str, str] | None = None) -> we
     )
 
 
-async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+async def _generate(
+    request: web.Request, endpoint: Endpoint, adapter: Adapter | None = None
+) -> web.StreamResponse:
     backend = request.app[BACKEND]
     backend.stats.requests += 1
     raw = await request.read()
     await asyncio.sleep(backend.half_rtt_s)  # the request's trip to the engine
-    response = await _admit(request, backend, raw, endpoint)
+    response = await _admit(request, backend, raw, endpoint, adapter)
     if isinstance(response, web.Response):
         backend.stats.errors += 1
         await asyncio.sleep(backend.half_rtt_s)
@@ -97,12 +103,22 @@ async def _generate(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
 
 
 async def _admit(
-    request: web.Request, backend: EmulatedBackend, raw: bytes, endpoint: Endpoint
+    request: web.Request,
+    backend: EmulatedBackend,
+    raw: bytes,
+    endpoint: Endpoint,
+    adapter: Adapter | None,
 ) -> web.Response | GenerationContext:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return error_response(bad_request(f"request body is not valid JSON: {exc}"))
+    wire: WireFactory | None = None
+    if adapter is not None and isinstance(body, dict):  # another API, run as chat/completions
+        adapted = adapter(body)
+        if isinstance(adapted, ApiError):
+            return error_response(adapted)
+        body, endpoint, wire = adapted
     parsed = parse_request(body, endpoint, backend.config.engine.max_model_len)
     if isinstance(parsed, ApiError):
         return error_response(parsed)
@@ -116,7 +132,8 @@ async def _admit(
         retry = rejection.retry_after_s
         headers = {"Retry-After": f"{retry:g}"} if retry is not None else None
         return error_response(error, headers)
-    return GenerationContext.start(backend, parsed, plan)
+    tool = tool_to_call(body) if endpoint is Endpoint.CHAT and wire is None else None
+    return GenerationContext.start(backend, parsed, plan, wire, tool)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -125,6 +142,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, Endpoint.COMPLETION)
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, Endpoint.COMPLETION, api_wires.embeddings)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, Endpoint.CHAT, api_wires.responses)
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, Endpoint.CHAT, api_wires.messages)
 
 
 async def _round_trip(backend: EmulatedBackend) -> None:
@@ -211,6 +240,9 @@ def build_app(config: EmulatedBackendConfig) -> web.Application:
     app[BACKEND] = EmulatedBackend(config)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/v1/messages", messages)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

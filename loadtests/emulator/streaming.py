@@ -18,8 +18,9 @@ from aiohttp import web
 
 from loadtests.emulator.engine import Event, EventKind, SequenceRequest
 from loadtests.emulator.faults import FaultPlan
-from loadtests.emulator.openai_format import DONE, Endpoint, ParsedRequest, ResponseIdentity
+from loadtests.emulator.openai_format import Endpoint, ParsedRequest, ResponseIdentity
 from loadtests.emulator.timing import FirstTokenPhases, server_timing, sse_comment
+from loadtests.emulator.wire import Wire, WireFactory
 from routing.prefix import block_hashes
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class GenerationContext:
     max_tokens: int
     queue: asyncio.Queue[Event]
     submitted_at: float
-    identity: ResponseIdentity
+    identity: Wire
     tokens: int = 0
     cached_tokens: int = 0
     last_token_at: float = 0.0
@@ -49,7 +50,12 @@ class GenerationContext:
 
     @classmethod
     def start(
-        cls, backend: EmulatedBackend, parsed: ParsedRequest, plan: FaultPlan
+        cls,
+        backend: EmulatedBackend,
+        parsed: ParsedRequest,
+        plan: FaultPlan,
+        wire: WireFactory | None = None,
+        tool: str | None = None,
     ) -> GenerationContext:
         engine = backend.config.engine
         seq_id = backend.next_seq_id()
@@ -62,10 +68,12 @@ class GenerationContext:
         submitted_at = backend.driver.now()
         queue = backend.driver.submit(request)
         prefix = "chatcmpl" if parsed.endpoint is Endpoint.CHAT else "cmpl"
-        identity = ResponseIdentity(
+        identity: Wire = ResponseIdentity(
             f"{prefix}-{backend.config.name}-{seq_id}", int(time.time()), parsed.model,
-            parsed.endpoint,
+            parsed.endpoint, tool, max_tokens,
         )  # fmt: skip
+        if wire is not None:  # another API's wire format (loadtests/emulator/wires.py)
+            identity = wire(f"{backend.config.name}-{seq_id}", parsed.model, max_tokens)
         return cls(backend, parsed, seq_id, max_tokens, queue, submitted_at, identity)
 
     @property
@@ -153,8 +161,7 @@ async def respond_stream(request: web.Request, ctx: GenerationContext) -> web.St
     try:
         await asyncio.sleep(ctx.backend.half_rtt_s)
         await response.prepare(request)
-        if ctx.parsed.endpoint is Endpoint.CHAT:
-            await response.write(identity.role_chunk())
+        await response.write(identity.opening())
         async for event in ctx.events():
             if event.kind is EventKind.FAILED:
                 ctx.failed(request)
@@ -162,14 +169,13 @@ async def respond_stream(request: web.Request, ctx: GenerationContext) -> web.St
             if event.kind is not EventKind.FINISHED:
                 last = event.tokens >= ctx.max_tokens
                 finish = ctx.finish_reason if last else None
-                await response.write(identity.token_chunk(event.tokens - 1, finish))
-        if ctx.parsed.include_usage:
-            prompt = ctx.parsed.prompt_tokens
-            await response.write(identity.usage_chunk(prompt, ctx.tokens, ctx.cached_tokens))
+                await response.write(identity.token(event.tokens - 1, finish))
+        prompt, include_usage = ctx.parsed.prompt_tokens, ctx.parsed.include_usage
+        await response.write(identity.closing(prompt, ctx.tokens, ctx.cached_tokens, include_usage))
         entries = ctx.server_timing()
         if entries is not None:
             await response.write(sse_comment(entries))
-        await response.write(DONE)
+        await response.write(identity.terminal())
         ctx.completed()
         await response.write_eof()
         return response
@@ -184,7 +190,7 @@ async def respond_complete(request: web.Request, ctx: GenerationContext) -> web.
             if event.kind is EventKind.FAILED:
                 ctx.failed(request)
                 return web.Response(status=500)  # never sent: the connection is gone
-        body = ctx.identity.full_body(
+        body = ctx.identity.whole(
             ctx.parsed.prompt_tokens, ctx.tokens, ctx.cached_tokens, ctx.finish_reason
         )
         ctx.completed()

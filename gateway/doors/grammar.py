@@ -1,0 +1,163 @@
+"""What an upstream's SSE stream says, per wire format: which event is the first output, which
+carries a token, which ends the stream, which is an error, where the usage is.
+
+The relay core (gateway/attempt.py, gateway/stream.py) reads every upstream stream through
+one of these, so the first-event-before-headers rule, retries before it, the inter-token
+timeout and the timing summary work the same for chat completions, the Responses API and
+Anthropic Messages. A grammar is pure: it looks at parsed events, never at a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.sse import SseEvent
+from gateway.token_events import carries_token
+
+Obj = dict[str, Any]
+
+
+def _object(event: SseEvent) -> Obj | None:
+    if event.data is None or event.is_done:
+        return None
+    try:
+        obj = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    """Chat and text completions (OpenAI): ``data: [DONE]`` ends the stream."""
+
+    name: str = "openai"
+
+    def parse(self, event: SseEvent) -> tuple[bool, Obj | None]:
+        """(whether the event ends the wait for the first token, its JSON object)."""
+        if event.is_done:
+            return True, None
+        obj = _object(event)
+        if obj is None:
+            return False, None
+        if self.error(obj) is not None or self.counts_token(obj) or self.ends(event, obj):
+            return True, obj
+        return self._finishes(obj), obj
+
+    def _finishes(self, obj: Obj) -> bool:
+        choices = obj.get("choices") or ()
+        return any(isinstance(c, dict) and c.get("finish_reason") is not None for c in choices)
+
+    def counts_token(self, obj: Obj) -> bool:
+        return carries_token(obj)
+
+    def ends(self, event: SseEvent, obj: Obj | None) -> bool:
+        return event.is_done
+
+    def error(self, obj: Obj) -> str | None:
+        if "error" not in obj:
+            return None
+        error = obj.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        return str(message)[:500]
+
+    def usage(self, obj: Obj) -> Obj | None:
+        """OpenAI-shaped usage (``completion_tokens``, ``prompt_tokens``) if the event has it."""
+        usage = obj.get("usage")
+        return usage if isinstance(usage, dict) else None
+
+
+_RESPONSES_TOKENS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+    }
+)
+_RESPONSES_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesGrammar(Grammar):
+    """The Responses API: typed events; ``response.completed`` (or incomplete/failed) ends it."""
+
+    name: str = "responses"
+
+    def _finishes(self, obj: Obj) -> bool:
+        return False
+
+    def counts_token(self, obj: Obj) -> bool:
+        return obj.get("type") in _RESPONSES_TOKENS and bool(obj.get("delta"))
+
+    def ends(self, event: SseEvent, obj: Obj | None) -> bool:
+        return obj is not None and obj.get("type") in _RESPONSES_ENDS
+
+    def error(self, obj: Obj) -> str | None:
+        kind = obj.get("type")
+        if kind == "error":
+            return str(obj.get("message") or obj.get("code") or "error")[:500]
+        if kind == "response.failed":
+            error = (obj.get("response") or {}).get("error") or {}
+            return str(error.get("message") if isinstance(error, dict) else error)[:500]
+        return None
+
+    def usage(self, obj: Obj) -> Obj | None:
+        response = obj.get("response")
+        usage = response.get("usage") if isinstance(response, dict) else None
+        return _openai_usage(usage, "input_tokens", "output_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesGrammar(Grammar):
+    """Anthropic Messages: ``message_stop`` ends it; ``error`` events carry ``error.message``."""
+
+    name: str = "messages"
+
+    def _finishes(self, obj: Obj) -> bool:
+        return obj.get("type") == "message_delta"
+
+    def counts_token(self, obj: Obj) -> bool:
+        if obj.get("type") != "content_block_delta":
+            return False
+        delta = obj.get("delta") or {}
+        return bool(delta.get("text") or delta.get("partial_json") or delta.get("thinking"))
+
+    def ends(self, event: SseEvent, obj: Obj | None) -> bool:
+        return obj is not None and obj.get("type") == "message_stop"
+
+    def error(self, obj: Obj) -> str | None:
+        if obj.get("type") != "error":
+            return None
+        error = obj.get("error")
+        return str(error.get("message") if isinstance(error, dict) else error)[:500]
+
+    def usage(self, obj: Obj) -> Obj | None:
+        kind = obj.get("type")
+        if kind == "message_start":
+            message = obj.get("message") or {}
+            return _openai_usage(message.get("usage"), "input_tokens", "output_tokens")
+        if kind == "message_delta":
+            return _openai_usage(obj.get("usage"), "input_tokens", "output_tokens")
+        return None
+
+
+def _openai_usage(usage: object, prompt_key: str, completion_key: str) -> Obj | None:
+    if not isinstance(usage, Mapping):
+        return None
+    out: Obj = {}
+    if isinstance(usage.get(prompt_key), int):
+        out["prompt_tokens"] = usage[prompt_key]
+    if isinstance(usage.get(completion_key), int):
+        out["completion_tokens"] = usage[completion_key]
+    return out or None
+
+
+OPENAI = Grammar()
+RESPONSES = ResponsesGrammar()
+MESSAGES = MessagesGrammar()
