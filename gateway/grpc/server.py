@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import grpc
 from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from gateway.grpc.backend import InferenceBackend
+from gateway.grpc.reflection_v1 import enable_reflection
 from gateway.grpc.servicer import InferenceServicer, ServicerLimits
 from gateway.grpc.strict_decode import add_inference_servicer
 from proto.meridian.v1 import inference_pb2 as pb
@@ -86,12 +86,8 @@ async def start_grpc_server(
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if config.reflection:
-        names = (
-            INFERENCE_SERVICE,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        )
-        reflection.enable_server_reflection(names, server)
+        names = (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
+        enable_reflection(names, server)  # v1alpha and v1
     port = server.add_insecure_port(f"{config.host}:{config.port}")
     if port == 0:
         raise OSError(f"gRPC server could not bind {config.host}:{config.port}")

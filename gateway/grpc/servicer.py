@@ -119,6 +119,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         converted: ConvertedRequest,
         context: grpc.aio.ServicerContext,
         received_at: float,
+        request_id: str,
     ) -> BackendRequest:
         body = converted.body_bytes()
         if len(body) > self.limits.max_body_bytes:
@@ -127,7 +128,6 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 f"request is {len(body)} bytes as JSON; the limit is {self.limits.max_body_bytes}",
             )
         metadata = _text_metadata(context)
-        request_id = metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex
         return BackendRequest(
             kind=kind,
             body=body,
@@ -153,11 +153,16 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncGenerator[Chunk, None]:
         received_at = time.perf_counter()
+        request_id = _text_metadata(context).get(REQUEST_ID_KEY) or uuid.uuid4().hex
+        # Every ending names the request (an abort without trailers of its own sends these).
+        context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
         try:
             converted = to_body(request)
         except InvalidRequest as err:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        backend_request = await self._backend_request(kind, converted, context, received_at)
+        backend_request = await self._backend_request(
+            kind, converted, context, received_at, request_id
+        )
         events = self.backend.stream(backend_request)
         async with aclosing(events):
             async for event in events:
@@ -173,7 +178,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                     context.set_trailing_metadata(event.metadata)
                     return
                 elif isinstance(event, StreamFailed):
-                    await _abort_with(context, event)
+                    await _abort_with(context, event, request_id)
         # The backend ended without saying how: treat as broken, never as a silent OK.
         await context.abort(grpc.StatusCode.INTERNAL, "backend stream ended without a status")
 
@@ -194,7 +199,11 @@ async def _guarded(
             await context.abort(grpc.StatusCode.INTERNAL, "internal gateway error")
 
 
-async def _abort_with(context: grpc.aio.ServicerContext, failed: StreamFailed) -> None:
+async def _abort_with(
+    context: grpc.aio.ServicerContext, failed: StreamFailed, request_id: str
+) -> None:
     failure = failure_for_error(failed)
     trailers: tuple[tuple[str, str | bytes], ...] = (*failed.metadata, *failure.trailing_metadata)
+    if all(key != REQUEST_ID_KEY for key, _ in trailers):
+        trailers = (*trailers, (REQUEST_ID_KEY, request_id))
     await context.abort(failure.code, failure.details, trailers)
