@@ -26,7 +26,7 @@ from gateway.backend_urls import check_backend_url
 from gateway.chain.config import ChainConfig
 from gateway.model_names import check_aliases
 from gateway.objectives import ObjectivesConfig
-from gateway.observability.config import LoggingConfig
+from gateway.observability.config import LoggingConfig, TracingConfig
 from gateway.placement import PlacementConfig
 from gateway.pricing import PriceConfig
 from gateway.signals.hub import SignalsConfig
@@ -327,6 +327,9 @@ class GatewayConfig(_Strict):
     placement: PlacementConfig = PlacementConfig()
     logging: LoggingConfig = Field(
         default=LoggingConfig(), description="Request log and log line format."
+    )
+    tracing: TracingConfig = Field(
+        default=TracingConfig(), description="OpenTelemetry traces (off unless an exporter)."
     )
     objectives: ObjectivesConfig = Field(
         default=ObjectivesConfig(),

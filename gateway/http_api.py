@@ -48,11 +48,14 @@ def _forward_headers(request: web.Request, request_id: str) -> dict[str, str]:
 
 
 def _response_headers(request_id: str, opened: OpenedStream) -> dict[str, str]:
-    return {
+    headers = {
         "X-Request-Id": request_id,
         "X-Meridian-Route": opened.route.header(),
         "Server-Timing": render(opened.entries),
     }
+    if opened.hop is not None:  # W3C Trace Context level 2: this hop's span, for the client
+        headers["traceresponse"] = opened.hop.trace.traceparent()
+    return headers
 
 
 async def _read_body(request: web.Request) -> bytes:

@@ -132,9 +132,9 @@ class Relay:
         hop, inbound, forward_headers = chain.enter(
             state.fleet, state.config.chain.max_hops, inbound, forward_headers
         )
-        record.hop = hop
+        record.hop = hop = self.observer.enter(hop, forward_headers)
         policy = state.policy(inbound.profile.latency_class)
-        started = time.perf_counter()
+        started = record.route_started = time.perf_counter()
         profile = self.place(inbound.profile)
         decision = state.router.decide(profile, state.fleet.snapshot(), time.monotonic())
         route_ms = record.route_ms = (time.perf_counter() - started) * 1000.0

@@ -4,21 +4,24 @@ A gateway is one span of the request's trace: the incoming ``traceparent`` names
 span (our parent); we forward a ``traceparent`` with the same trace id and our own span id, so
 the next hop's parent is us. A missing or malformed header starts a new trace (the spec's rule:
 never propagate what cannot be parsed), and ``tracestate`` travels only with a valid parent.
+
+Parsing is OpenTelemetry's own propagator (``TraceContextTextMapPropagator``) and ids come from
+its SDK's generator, so this hop agrees with every other OpenTelemetry service on what a valid
+header is; the span this context names is the server span of
+:mod:`gateway.observability.tracing` when tracing is on.
 """
 
 from __future__ import annotations
 
-import re
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_TRACEPARENT = re.compile(
-    r"^(?P<version>[0-9a-f]{2})-(?P<trace>[0-9a-f]{32})-(?P<parent>[0-9a-f]{16})"
-    r"-(?P<flags>[0-9a-f]{2})(?P<rest>-.*)?$"
-)
-_ZERO_TRACE = "0" * 32
-_ZERO_SPAN = "0" * 16
+from opentelemetry import trace
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_IDS = RandomIdGenerator()
 _UNSAMPLED = "00"
 
 
@@ -36,36 +39,43 @@ class TraceContext:
         """What the next hop receives: same trace, this hop as the parent."""
         return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
 
+    @property
+    def sampled(self) -> bool:
+        return bool(int(self.flags, 16) & 0x01)
+
 
 @dataclass(frozen=True, slots=True)
 class ParentSpan:
     trace_id: str
     span_id: str
     flags: str
+    tracestate: str | None = None
 
 
-def parse_traceparent(value: str | None) -> ParentSpan | None:
+def parse_traceparent(value: str | None, tracestate: str | None = None) -> ParentSpan | None:
     """The caller's span, or None when the header is absent or not valid W3C."""
     if not value:
         return None
-    match = _TRACEPARENT.match(value.strip())
-    if match is None:
+    carrier = {"traceparent": value}
+    if tracestate:
+        carrier["tracestate"] = tracestate
+    context = trace.get_current_span(_PROPAGATOR.extract(carrier)).get_span_context()
+    if not context.is_valid:
         return None
-    version = match["version"]
-    if version == "ff" or (version == "00" and match["rest"] is not None):
-        return None
-    trace, parent = match["trace"], match["parent"]
-    if trace == _ZERO_TRACE or parent == _ZERO_SPAN:
-        return None
-    return ParentSpan(trace, parent, match["flags"])
+    state = context.trace_state.to_header() if tracestate else None
+    return ParentSpan(
+        trace.format_trace_id(context.trace_id),
+        trace.format_span_id(context.span_id),
+        f"{int(context.trace_flags):02x}",
+        state or None,
+    )
 
 
 def random_hex(nbytes: int) -> str:
-    """Random, never all zeros (an all-zero id is invalid in W3C Trace Context)."""
-    while True:
-        value = secrets.token_hex(nbytes)
-        if value.strip("0"):
-            return value
+    """A random trace (16 bytes) or span (8 bytes) id, never all zeros (the SDK's generator)."""
+    if nbytes == 16:
+        return trace.format_trace_id(_IDS.generate_trace_id())
+    return trace.format_span_id(_IDS.generate_span_id())
 
 
 def child_span(
@@ -74,7 +84,7 @@ def child_span(
     new_id: Callable[[int], str] = random_hex,
 ) -> TraceContext:
     """This hop's span under ``traceparent``, or the root of a new trace."""
-    parent = parse_traceparent(traceparent)
+    parent = parse_traceparent(traceparent, tracestate)
     if parent is None:
         return TraceContext(new_id(16), new_id(8), None, _UNSAMPLED)
-    return TraceContext(parent.trace_id, new_id(8), parent.span_id, parent.flags, tracestate)
+    return TraceContext(parent.trace_id, new_id(8), parent.span_id, parent.flags, parent.tracestate)

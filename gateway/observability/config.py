@@ -29,3 +29,25 @@ class LoggingConfig(_Section):
         "hash of the request id, so every hop of a chain keeps the same ones). Failed and "
         "cancelled requests are always logged.",
     )
+
+
+class TracingConfig(_Section):
+    exporter: Literal["none", "otlp", "console"] = Field(
+        default="none",
+        description="Where spans go: none (tracing off: no span is built, traceparent is still "
+        "continued), otlp (OTLP over HTTP; needs the 'otlp' extra: pip install "
+        "'meridian-gateway[otlp]'), console (stdout, for a look).",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces (default: "
+        "the exporter's, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT).",
+    )
+    sample_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of traces this gateway starts that are sampled; a request arriving "
+        "with a traceparent follows its caller's sampled flag.",
+    )
+    service_name: str = Field(default="meridian", description="The spans' service.name.")

@@ -1,5 +1,5 @@
-"""The one place a request's life is reported: its log line and its metric updates (and, as
-it lands, its span). The relay core calls it at its seams — the first token
+"""The one place a request's life is reported: its log line, its metric updates and its span
+tree. The relay core calls it at its seams — the first token
 (:meth:`RequestObserver.opened`), a request that never got one
 (:meth:`RequestObserver.open_failed`), and a request whose response is over
 (:meth:`RequestObserver.finished`) — and the doors only for requests refused before they
@@ -17,9 +17,12 @@ from gateway.observability.labels import OTHER
 from gateway.observability.metrics_update import MetricsUpdate
 from gateway.observability.record import Outcome, RequestRecord, failed_line, opened_line
 from gateway.observability.request_log import RequestLog, classify_open_error
+from gateway.observability.spans import SpanTree
+from gateway.observability.tracing import Tracing
 from gateway.signals.outlier import FailureKind
 
 if TYPE_CHECKING:
+    from gateway.chain.hop import HopContext
     from gateway.config import GatewayConfig
     from gateway.inbound import InboundRequest
     from gateway.stream import OpenedStream
@@ -39,14 +42,21 @@ class RequestObserver:
     def __init__(self, config: GatewayConfig, metrics: GatewayMetrics) -> None:
         self.log = RequestLog(config.logging)
         self.metrics = MetricsUpdate(config, metrics)
+        self.tracing = Tracing(config.tracing, config.chain.id)
+        self.spans = SpanTree(self.tracing)
 
     def configure(self, config: GatewayConfig) -> None:
-        """A reload's new settings, for requests that end from now on."""
+        """A reload's new settings, for requests that end from now on (tracing keeps the
+        exporter it started with: changing it needs a restart)."""
         self.log.configure(config.logging)
         self.metrics.configure(config)
 
     def start(self, inbound: InboundRequest, door: str) -> RequestRecord:
         return RequestRecord(inbound, door)
+
+    def enter(self, hop: HopContext, forward: dict[str, str]) -> HopContext:
+        """This hop's trace context, sampled by this gateway when it starts the trace."""
+        return self.tracing.enter(hop, forward)
 
     def opened(self, record: RequestRecord, opened: OpenedStream) -> None:
         self.metrics.first_token(record, opened)
@@ -56,6 +66,8 @@ class RequestObserver:
         self.metrics.ended(record, None, time.perf_counter(), outcome)
         if self.log.wants(record.inbound.request_id, outcome):
             self.log.write(failed_line(record, status, error, outcome))
+        if self.tracing.tracer is not None:
+            self.spans.failed(record, status, error, outcome)
 
     def finished(
         self,
@@ -69,6 +81,8 @@ class RequestObserver:
         self.metrics.ended(record, opened, now, outcome)
         if self.log.wants(record.inbound.request_id, outcome):
             self.log.write(opened_line(record, opened, now, outcome, error))
+        if self.tracing.tracer is not None:
+            self.spans.opened(record, opened, now, outcome, error)
 
     def rejected(
         self, door: str, endpoint: str, request_id: str, err: ApiError, received_at: float

@@ -37,6 +37,7 @@ class RequestRecord:
     hop: HopContext | None = None
     walk: CandidateWalk | None = None
     winner: int | None = None  # attempt number that produced the first token
+    route_started: float | None = None  # perf_counter() when routing began
     route_ms: float | None = None
     queue_s: float | None = None  # waiting for an admission slot
 
