@@ -28,7 +28,14 @@ if TYPE_CHECKING:
     from gateway.observability.tracing import Tracing
     from gateway.stream import OpenedStream
 
-_OPERATION = {"chat": "chat", "completions": "text_completion"}
+# gen_ai.operation.name per door endpoint (the GenAI conventions' well-known values).
+_OPERATION = {
+    "chat": "chat",
+    "completions": "text_completion",
+    "embeddings": "embeddings",
+    "responses": "chat",
+    "messages": "chat",
+}
 
 
 def _parent_context(hop: HopContext) -> Context | None:
