@@ -11,6 +11,7 @@ from pathlib import Path
 
 from loadtests.sim.loop import simulate
 from loadtests.sim.markdown import results_page, source_revision
+from loadtests.sim.path_events import reactions
 from loadtests.sim.plots import load_bars, ttft_cdf
 from loadtests.sim.report import comparison_lines, table, write_json
 from loadtests.sim.results import PolicyRun
@@ -104,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(summaries))
     print()
     print(comparison_lines(comparison))
+    paths = {run.policy: reactions(run, scenario) for run in runs}
+    if any(paths.values()):
+        print("\npath events (seconds to leave: <= 10% of the share left; to return: >= 50% back):")
+        for policy, found in paths.items():
+            for reaction in found:
+                print(f"  {policy:<15} {reaction.line()}")
     out = args.out or Path("loadtests/results") / f"sim-{scenario.name}"
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, object] = {
@@ -114,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trace_build_s": trace_s,
         "seed": scenario.seed,
         "background_requests": len(trace.background),
+        "path_events": {p: [r.as_dict() for r in found] for p, found in paths.items() if found},
     }
     write_json(out / "results.json", scenario.name, meta, summaries, comparison)
     if not args.no_plots:

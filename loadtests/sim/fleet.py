@@ -20,6 +20,9 @@ class SimBackend:
     engine: Engine
     base_params: EngineParams
     version: int = 0  # bumped whenever the simulator touches the engine (oracle cache key)
+    path_extra_ms: float = 0.0  # added to the round trip of requests (a PathDelay event)
+    probe_extra_ms: float = 0.0  # ...and of probes, when they take the same path
+    probe_rtt_ms: float | None = None  # probes measure this instead (an edge answers them)
 
     def slow_down(self, factor: float) -> None:
         """Swap the engine's timing for ``factor`` x slower; the step in progress keeps its end."""
@@ -60,9 +63,10 @@ def backend_spec(
 
 def build_fleet(scenario: Scenario) -> list[SimBackend]:
     backends: list[SimBackend] = []
+    names = iter(scenario.backend_names())
     for group in scenario.backends:
-        for k in range(group.count):
-            name = group.name if group.count == 1 else f"{group.name}-{k}"
+        for _ in range(group.count):
+            name = next(names)
             spec = backend_spec(name, group.region, group.kind, scenario.model, group.engine)
             engine = Engine(group.engine, 0.0, token_events=False)
             backends.append(

@@ -17,13 +17,13 @@ from loadtests.emulator.engine import EventKind, SequenceRequest
 from loadtests.sim.fleet import SimBackend, build_fleet
 from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.results import PolicyRun, ResultColumns
-from loadtests.sim.scenario import Scenario, Slowdown
+from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
 from loadtests.sim.signals import SignalModel
 from loadtests.sim.trace import Trace, TraceRequest
 from routing.policies import build_router
 from routing.types import FirstTokenObserver, Observation, RequestProfile, Router
 
-ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST = range(9)
+ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
 
 
 @dataclass(slots=True)
@@ -58,10 +58,12 @@ class Simulation:
         self._wake_at = [math.inf] * len(self.backends)
         self._open: dict[int, _Open] = {}
         self._by_region = {r: [b for b in self.backends if b.region == r] for r in scenario.regions}
+        self._paths: dict[str, set[int]] = {}  # backend -> its active path_delay events
         self._handlers: dict[int, Callable[[float, int], None]] = {
             ARRIVAL: self._arrival, SUBMIT: self._submit, WAKE: self._wake,
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
             SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
+            DELAY: self._delay, UNDELAY: self._undelay,
         }  # fmt: skip
 
     def _router(self, index: int, region: str) -> Router:
@@ -86,6 +88,10 @@ class Simulation:
             if isinstance(event, Slowdown):
                 self._push(event.start_s, SLOW, i)
                 self._push(event.end_s, RESTORE, i)
+            elif isinstance(event, PathDelay):
+                self._push(event.start_s, DELAY, i)
+                if event.end_s <= self.trace.span_s:  # else for good
+                    self._push(event.end_s, UNDELAY, i)
         heap, handlers = self._heap, self._handlers
         while heap:
             at, _, kind, ref = heapq.heappop(heap)
@@ -101,6 +107,7 @@ class Simulation:
         if upcoming is not None:
             self._push(upcoming.at, ARRIVAL, i + 1)
         self.results.arrived(i, request.prompt_tokens, request.long_form)
+        self.results.arrived_at[i] = now
         gateway = self.signals.gateways[request.gateway]
         hashes = request.hashes
         profile = RequestProfile(
@@ -114,7 +121,9 @@ class Simulation:
             self.results.rejected(i)
             return
         backend = self.by_name[chosen.backend]
-        one_way = self.scenario.rtt(gateway.region, backend.region) / 2000.0
+        one_way = (
+            self.scenario.rtt(gateway.region, backend.region) + backend.path_extra_ms
+        ) / 2000.0
         self._open[i] = _Open(
             request, backend.index, one_way, hashes, chosen.predicted_ttft_ms,
             dict(chosen.terms_ms),
@@ -230,8 +239,33 @@ class Simulation:
             backend.slow_down(event.factor)
 
     def _restore(self, now: float, i: int) -> None:
-        for backend in self._by_region[self.scenario.events[i].region]:
+        event = self.scenario.events[i]
+        assert isinstance(event, Slowdown)
+        for backend in self._by_region[event.region]:
             backend.restore()
+
+    def _delay(self, now: float, i: int) -> None:
+        self._paths.setdefault(self._path_event(i).backend, set()).add(i)
+        self._repath(self._path_event(i).backend)
+
+    def _undelay(self, now: float, i: int) -> None:
+        self._paths[self._path_event(i).backend].discard(i)
+        self._repath(self._path_event(i).backend)
+
+    def _path_event(self, i: int) -> PathDelay:
+        event = self.scenario.events[i]
+        assert isinstance(event, PathDelay)
+        return event
+
+    def _repath(self, name: str) -> None:
+        """A backend's paths as the ``path_delay`` events active now make them (they add up)."""
+        backend = self.by_name[name]
+        active = [self._path_event(i) for i in sorted(self._paths[name])]
+        backend.path_extra_ms = sum(e.extra_ms for e in active)
+        backend.probe_extra_ms = sum(e.extra_ms for e in active if e.probes_see)
+        edges = [e.probe_rtt_ms for e in active if e.probe_rtt_ms is not None]
+        backend.probe_rtt_ms = edges[-1] if edges else None
+        backend.version += 1
 
 
 def simulate(scenario: Scenario, trace: Trace, policy: str) -> PolicyRun:

@@ -43,7 +43,7 @@ class EngineTruth:
         if sim is None:
             return None
         engine, p = sim.engine, sim.engine.params
-        one_way = self._one_way_s[backend]
+        one_way = self._one_way_s[backend] + sim.path_extra_ms / 2000.0
         arrive = now + one_way
         backlog = self._backlog(sim, now)
         uncached = engine.uncached_tokens(profile.prompt_tokens, profile.prefix_hashes)

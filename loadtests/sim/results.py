@@ -28,6 +28,7 @@ class ResultColumns:
         # What the summary needs of each request, kept here because the trace is not stored.
         self.prompt_tokens: I64 = np.zeros(requests, dtype=np.int64)
         self.long_form: npt.NDArray[np.bool_] = np.zeros(requests, dtype=np.bool_)
+        self.arrived_at: F64 = nan.copy()  # when the request reached its gateway
         self.backends = backends
         self.rejections = 0
 

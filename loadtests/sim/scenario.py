@@ -112,7 +112,24 @@ class Slowdown(_Strict):
     factor: float = Field(gt=1)
 
 
-TimedEvent = Annotated[ExtraLoad | Slowdown, Field(discriminator="kind")]
+class PathDelay(_Strict):
+    """One backend's request path gets ``extra_ms`` slower round trip (a reroute, a stalled
+    hop); its probes see it too only if ``probes_see`` (a health endpoint answered in front of
+    the slow hop does not). ``probe_rtt_ms``: its probes measure this instead, whatever the
+    path (an edge or load balancer answers them). ``end_s`` past the run's end: for good."""
+
+    kind: Literal["path_delay"] = "path_delay"
+    backend: str = Field(min_length=1, description="a backend name as the fleet expands it")
+    start_s: float = Field(ge=0)
+    end_s: float = Field(gt=0)
+    extra_ms: float = Field(default=0.0, ge=0, description="added to requests' round trip")
+    probes_see: bool = Field(default=True, description="probes pay extra_ms too")
+    probe_rtt_ms: float | None = Field(
+        default=None, ge=0, description="probes measure this round trip instead"
+    )
+
+
+TimedEvent = Annotated[ExtraLoad | Slowdown | PathDelay, Field(discriminator="kind")]
 
 
 class Signals(_Strict):
@@ -195,9 +212,21 @@ class Scenario(_Strict):
         for region, count in self.gateways.items():
             if region not in known or count < 1:
                 raise ValueError(f"gateways.{region}: unknown region or count < 1")
+        names = set(self.backend_names())
         for i, event in enumerate(self.events):
-            if event.region not in known:
+            if isinstance(event, PathDelay):
+                if event.backend not in names:
+                    raise ValueError(f"events[{i}].backend: unknown backend {event.backend!r}")
+            elif event.region not in known:
                 raise ValueError(f"events[{i}].region: unknown region {event.region!r}")
+
+    def backend_names(self) -> list[str]:
+        """Every backend's name as the fleet expands its groups (``name-k`` when count > 1)."""
+        return [
+            group.name if group.count == 1 else f"{group.name}-{k}"
+            for group in self.backends
+            for k in range(group.count)
+        ]
 
     def rtt(self, a: str, b: str) -> float:
         """Round trip in ms between two regions (symmetric)."""
@@ -226,7 +255,7 @@ def parse_scenario(raw: Any, source: str) -> Scenario | ScenarioError:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        tags = ("poisson", "bursts", "extra_load", "slowdown")
+        tags = ("poisson", "bursts", "extra_load", "slowdown", "path_delay")
         return ScenarioError("invalid", problems(exc, source, raw, tags))
 
 

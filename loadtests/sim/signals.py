@@ -67,7 +67,9 @@ class SignalModel:
         jitter = self.scenario.signals.probe_jitter_ms
         for gateway in self.gateways:
             for backend in self.backends:
-                rtt = self.scenario.rtt(gateway.region, backend.region)
+                rtt = self.scenario.rtt(gateway.region, backend.region) + backend.probe_extra_ms
+                if backend.probe_rtt_ms is not None:
+                    rtt = backend.probe_rtt_ms
                 noisy = max(0.0, rtt + self._rng.gauss(0.0, jitter)) if jitter else rtt
                 gateway.probe_rtt_ms[backend.index] = noisy
                 gateway.probe_at[backend.index] = now
