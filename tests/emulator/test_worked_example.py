@@ -1,7 +1,11 @@
-"""The textbook 70B decomposition, reproduced through real sockets within 5%.
+"""The textbook 70B decomposition, reproduced by the engine model through real sockets.
 
 1,000-token prompt, 500-token answer: ~30 ms queue + 100 ms prefill + 10 ms first-token
 overhead = TTFT 140 ms; 20 ms ITL; end-to-end 10.14 s.
+
+Checked on the engine's own clock (its ``: server-timing`` comment), which is deterministic:
+how closely wall-clock delivery follows that clock depends on how busy the machine is, so that
+is a measurement (``python -m loadtests.emulator.self_accuracy``), not a test.
 
 The queue is produced here, not modelled as a constant: two requests arrive in one burst, a
 300-token one first (FIFO), so ours waits behind that one's 30 ms prefill step. Times count
@@ -21,6 +25,7 @@ import pytest
 
 from loadtests.emulator.fleet import FleetFile, load_fleet
 from loadtests.emulator.server import start_emulated_backend
+from loadtests.emulator.timing import SSE_COMMENT_PREFIX
 from tests.emulator.helpers import wait_until
 
 FLEET = Path(__file__).parents[2] / "loadtests" / "fleets" / "worked-example.yaml"
@@ -34,8 +39,9 @@ def _messages(tokens: int, letter: str) -> list[dict[str, str]]:
 
 async def _timed_stream(
     session: aiohttp.ClientSession, url: str, tokens: int, out: int, letter: str, since: float
-) -> list[float]:
-    """Arrival time of every content chunk, in seconds after ``since``."""
+) -> tuple[list[float], dict[str, float]]:
+    """Arrival time of every content chunk, in seconds after ``since``, and the engine's own
+    phases in milliseconds (its ``: server-timing`` comment)."""
     loop = asyncio.get_running_loop()
     payload = {
         "model": "llama-3.1-70b",
@@ -45,8 +51,13 @@ async def _timed_stream(
         "stream_options": {"include_usage": True},
     }
     times: list[float] = []
+    phases: dict[str, float] = {}
     async with session.post(url + "/v1/chat/completions", json=payload) as resp:
         async for line in resp.content:
+            if line.startswith(SSE_COMMENT_PREFIX):
+                for entry in line.removeprefix(SSE_COMMENT_PREFIX).decode().split(","):
+                    name, _, duration = entry.strip().partition(";dur=")
+                    phases[name] = float(duration)
             if not line.startswith(b"data: {"):
                 continue
             chunk = orjson.loads(line[6:])
@@ -55,11 +66,11 @@ async def _timed_stream(
             if chunk.get("usage"):
                 assert chunk["usage"]["prompt_tokens"] == tokens
                 assert chunk["usage"]["completion_tokens"] == out
-    return times
+    return times, phases
 
 
-@pytest.mark.timeout(30)
-async def test_worked_example_within_five_percent() -> None:
+@pytest.mark.timeout(60)
+async def test_worked_example_on_the_engine_clock() -> None:
     fleet = load_fleet(FLEET)
     assert isinstance(fleet, FleetFile), fleet
     (config,) = fleet.backend_configs()
@@ -70,17 +81,17 @@ async def test_worked_example_within_five_percent() -> None:
         ahead = asyncio.create_task(_timed_stream(session, emulator.url, 300, 1, "a", burst))
         stats = emulator.stats
         await wait_until(lambda: stats.waiting + stats.running > 0)  # FIFO: ahead goes first
-        times = await _timed_stream(session, emulator.url, 1000, 500, "b", burst)
+        times, phases = await _timed_stream(session, emulator.url, 1000, 500, "b", burst)
         await ahead
     finally:
         await session.close()
         await emulator.close()
-    ttft, end_to_end = times[0], times[-1]
-    itl = (times[-1] - times[0]) / (len(times) - 1)
-    print(
-        f"worked example: TTFT {ttft * 1e3:.1f} ms, ITL {itl * 1e3:.2f} ms, e2e {end_to_end:.3f} s"
-    )
+    print(f"worked example: engine phases (ms) {phases}; wall e2e {times[-1]:.3f} s")
     assert len(times) == 500
-    assert ttft == pytest.approx(0.140, rel=0.05)
-    assert end_to_end == pytest.approx(10.14, rel=0.05)
-    assert itl == pytest.approx(0.020, rel=0.05)
+    assert phases["engine_overhead"] == pytest.approx(10.0, abs=1.0)  # the tick it lands in
+    assert phases["engine_prefill"] == pytest.approx(100.0, abs=0.01)  # 1,000 tokens at 10k/s
+    assert phases["engine_decode"] == pytest.approx(499 * 20.0, abs=0.1)  # 20 ms a token
+    # Behind the 300-token request's 30 ms prefill step: less the client's lag in sending ours.
+    assert 0.0 < phases["engine_queue"] <= 30.0 + 1.0
+    # Our TTFT from the burst is the step ahead plus ours, whatever that lag was: 140 ms.
+    assert phases["engine_queue"] + phases["engine_prefill"] <= 130.0 + 1.0
