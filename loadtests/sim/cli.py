@@ -9,13 +9,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadtests.sim.loop import simulate
+from loadtests.sim.loop import REJECT_SUFFIX, simulate
 from loadtests.sim.markdown import results_page, source_revision
 from loadtests.sim.path_events import reactions
 from loadtests.sim.plots import load_bars, ttft_cdf
 from loadtests.sim.report import comparison_lines, table, write_json
 from loadtests.sim.results import PolicyRun
 from loadtests.sim.scenario import ScenarioError, load_scenario
+from loadtests.sim.slo_summary import slo_report
 from loadtests.sim.summary import Summary, compare, summarize
 from loadtests.sim.trace import build_trace
 from routing.policies import POLICIES, SIMULATION_ONLY
@@ -29,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("scenario", type=Path, help="scenario YAML (loadtests/scenarios/)")
     parser.add_argument(
-        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names"
+        "--policies",
+        default=",".join(DEFAULT_POLICIES),
+        help="comma-separated policy names; '<policy>+reject' adds early rejection",
     )
     parser.add_argument("--out", type=Path, default=None, help="directory for JSON and PNGs")
     parser.add_argument(
@@ -48,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 def _policies(raw: str) -> list[str] | str:
     names = [name.strip() for name in raw.split(",") if name.strip()]
     known = set(POLICIES) | set(SIMULATION_ONLY)
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in names if name.removesuffix(REJECT_SUFFIX) not in known]
     if unknown or not names:
         return f"--policies: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}"
     return names
@@ -111,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for policy, found in paths.items():
             for reaction in found:
                 print(f"  {policy:<15} {reaction.line()}")
+    slo = slo_report(runs)
+    if slo is not None:
+        print("\nobjectives, deadlines and spend (definitions: loadtests/sim/slo_summary.py)")
+        print(slo[0])
     out = args.out or Path("loadtests/results") / f"sim-{scenario.name}"
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, object] = {
@@ -123,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "background_requests": len(trace.background),
         "path_events": {p: [r.as_dict() for r in found] for p, found in paths.items() if found},
     }
-    write_json(out / "results.json", scenario.name, meta, summaries, comparison)
+    write_json(out / "results.json", scenario.name, meta, summaries, comparison, slo and slo[1])
     if not args.no_plots:
         ttft_cdf(runs, out / "ttft_cdf.png", scenario.name)
         load_bars(summaries, out / "backend_load.png", scenario.name)
@@ -132,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = _reproduce_command(list(argv) if argv is not None else sys.argv[1:])
         page = results_page(
             scenario.name, scenario.description, command, meta, summaries, comparison,
-            args.revision or source_revision(),
+            args.revision or source_revision(), "" if slo is None else slo[0],
         )  # fmt: skip
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(page)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from loadtests.emulator.config import EngineParams
 from loadtests.emulator.engine import Engine
 from loadtests.sim.scenario import Scenario, Slowdown
+from routing.price import Price
 from routing.types import BackendKind, BackendSpec
 
 
@@ -42,7 +43,12 @@ class SimBackend:
 
 
 def backend_spec(
-    name: str, region: str, kind: BackendKind, model: str, p: EngineParams
+    name: str,
+    region: str,
+    kind: BackendKind,
+    model: str,
+    p: EngineParams,
+    price: Price | None = None,
 ) -> BackendSpec:
     """What an operator would configure: the engine's nominal numbers. The ITL is the step
     time of a half-full batch; the router learns the real one from observations."""
@@ -58,6 +64,7 @@ def backend_spec(
         first_token_overhead_ms=p.first_token_overhead_ms,
         cold_start_ms=p.cold_start_ms,
         idle_timeout_s=p.idle_timeout_s,
+        price=price,
     )
 
 
@@ -67,7 +74,8 @@ def build_fleet(scenario: Scenario) -> list[SimBackend]:
     for group in scenario.backends:
         for _ in range(group.count):
             name = next(names)
-            spec = backend_spec(name, group.region, group.kind, scenario.model, group.engine)
+            price = None if group.price is None else group.price.price()
+            spec = backend_spec(name, group.region, group.kind, scenario.model, group.engine, price)
             engine = Engine(group.engine, 0.0, token_events=False)
             backends.append(
                 SimBackend(len(backends), name, group.region, spec, engine, group.engine)

@@ -20,10 +20,13 @@ from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
 from loadtests.sim.signals import SignalModel
 from loadtests.sim.trace import Trace, TraceRequest
+from routing.deadline import unmeetable
+from routing.pipeline.router import PipelineRouter
 from routing.policies import build_router
-from routing.types import FirstTokenObserver, Observation, RequestProfile, Router
+from routing.types import Decision, FirstTokenObserver, Observation, RequestProfile, Router
 
 ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
+REJECT_SUFFIX = "+reject"
 
 
 @dataclass(slots=True)
@@ -45,9 +48,13 @@ class Simulation:
     def __init__(self, scenario: Scenario, trace: Trace, policy: str) -> None:
         self.scenario = scenario
         self.trace = trace
-        self.policy = policy
+        self.run_name = policy
+        # "<policy>+reject": the same policy with early rejection of unmeetable deadlines.
+        self.policy = policy.removesuffix(REJECT_SUFFIX)
+        self.reject = policy.endswith(REJECT_SUFFIX)
         self.backends = build_fleet(scenario)
         self.by_name = {b.name: b for b in self.backends}
+        self._truths = [EngineTruth(scenario, region, self.by_name) for region in trace.gateways]
         self.signals = SignalModel(scenario, self.backends, trace.gateways)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
         self.results = ResultColumns(len(trace), len(self.backends))
@@ -96,7 +103,7 @@ class Simulation:
         while heap:
             at, _, kind, ref = heapq.heappop(heap)
             handlers[kind](at, ref)
-        return PolicyRun(self.policy, self.results, self.backends)
+        return PolicyRun(self.run_name, self.results, self.backends)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -110,15 +117,23 @@ class Simulation:
         self.results.arrived_at[i] = now
         gateway = self.signals.gateways[request.gateway]
         hashes = request.hashes
+        workload = self.scenario.workloads[request.workload]
+        deadline = workload.deadline_ms
         profile = RequestProfile(
             model=self.scenario.model, tenant=request.tenant, origin=request.origin,
             prompt_tokens=request.prompt_tokens, prefix_hashes=hashes,
             max_tokens=request.max_tokens, latency_class=request.latency_class,
+            ttft_objective_ms=workload.ttft_objective_ms,
+            deadline_s=None if deadline is None else deadline / 1000.0,
         )  # fmt: skip
+        self.results.objectives(i, workload.ttft_objective_ms, deadline)
         decision = self.routers[request.gateway].decide(profile, gateway.snapshot, now)
         chosen = decision.chosen
         if chosen is None:
             self.results.rejected(i)
+            return
+        refusing = self.reject and deadline is not None
+        if refusing and self._refuse(i, request.gateway, decision, profile, now):
             return
         backend = self.by_name[chosen.backend]
         one_way = (
@@ -134,6 +149,22 @@ class Simulation:
         self.results.routed(i, backend.index, predicted, chosen.predicted_ttft_p90_ms)
         gateway.sent(backend.index, now)
         self._push(now + one_way, SUBMIT, i)
+
+    def _refuse(
+        self, i: int, gateway: int, decision: Decision, profile: RequestProfile, now: float
+    ) -> bool:
+        """Early rejection, as the gateway's relay does it; records whether the request would
+        have met its deadline had it been sent to the chosen backend (the oracle's truth)."""
+        assert profile.deadline_s is not None and decision.chosen is not None
+        deadline_ms = profile.deadline_s * 1000.0
+        if unmeetable(decision, deadline_ms, self.scenario.early_rejection_quantile) is None:
+            return False
+        router = self.routers[gateway]
+        if isinstance(router, PipelineRouter):  # tests may wrap it
+            router.release(decision.chosen.backend)
+        truth = self._truths[gateway].latency_ms(decision.chosen.backend, profile, now)
+        self.results.refuse(i, truth is not None and truth <= deadline_ms)
+        return True
 
     def _submit(self, now: float, i: int) -> None:
         state = self._open[i]
@@ -204,6 +235,12 @@ class Simulation:
         gen_ms = 1000.0 * (self.results.finish_at[i] - state.first_at)
         itl_ms = gen_ms / (output - 1) if output > 1 else None
         self.results.returned(i, ttft_ms, 1000.0 * (now - request.at), state.cached)
+        price = self.backends[state.backend].spec.price
+        if price is not None:
+            cached = min(state.cached, request.prompt_tokens)
+            self.results.cost[i] = price.tokens_cost(
+                request.prompt_tokens - cached, cached, int(output)
+            )
         self.signals.gateways[request.gateway].done(state.backend, now)
         self.routers[request.gateway].observe(
             Observation(

@@ -40,6 +40,7 @@ def results_page(
     summaries: Sequence[Summary],
     comparison: Comparison | None,
     revision: str,
+    slo: str = "",
 ) -> str:
     facts = ", ".join(
         f"{key} {value:.1f}" if isinstance(value, float) else f"{key} {value}"
@@ -64,4 +65,7 @@ def results_page(
     lines = comparison_lines(comparison)
     if lines:
         parts += ["", "```", lines, "```"]
+    if slo:
+        parts += ["", "Objectives, deadlines and spend (`loadtests/sim/slo_summary.py`):", ""]
+        parts += ["```", slo, "```"]
     return "\n".join(parts) + "\n"

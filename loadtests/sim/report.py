@@ -83,6 +83,7 @@ def write_json(
     meta: dict[str, object],
     summaries: Sequence[Summary],
     comparison: Comparison | None,
+    slo: dict[str, object] | None = None,
 ) -> None:
     doc = {
         "scenario": scenario,
@@ -90,4 +91,6 @@ def write_json(
         "policies": [s.as_dict() for s in summaries],
         "comparison": None if comparison is None else comparison.as_dict(),
     }
+    if slo is not None:
+        doc["slo"] = slo
     path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

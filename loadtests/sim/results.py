@@ -31,6 +31,12 @@ class ResultColumns:
         self.arrived_at: F64 = nan.copy()  # when the request reached its gateway
         self.backends = backends
         self.rejections = 0
+        # Objectives, deadlines and spend (docs/slo.md); NaN: the request has none.
+        self.objective_ms: F64 = nan.copy()
+        self.deadline_ms: F64 = nan.copy()
+        self.cost: F64 = np.zeros(requests)
+        self.refused = np.zeros(requests, dtype=np.bool_)  # early rejection
+        self.would_meet = np.zeros(requests, dtype=np.bool_)  # ...had it been admitted (oracle)
 
     def arrived(self, i: int, prompt_tokens: int, long_form: bool) -> None:
         self.prompt_tokens[i] = prompt_tokens
@@ -38,6 +44,16 @@ class ResultColumns:
 
     def rejected(self, i: int) -> None:
         self.rejections += 1
+
+    def objectives(self, i: int, objective_ms: float | None, deadline_ms: float | None) -> None:
+        if objective_ms is not None:
+            self.objective_ms[i] = objective_ms
+        if deadline_ms is not None:
+            self.deadline_ms[i] = deadline_ms
+
+    def refuse(self, i: int, would_meet: bool) -> None:
+        self.refused[i] = True
+        self.would_meet[i] = would_meet
 
     def routed(self, i: int, backend: int, predicted: float | None, p90: float | None) -> None:
         self.backend[i] = backend

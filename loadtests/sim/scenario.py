@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.pricing import PriceConfig
 from loadtests import rtt_matrix
 from loadtests.emulator.config import EngineParams
 from loadtests.validation import problems
@@ -88,6 +89,12 @@ class Workload(_Strict):
     question_tokens: Range = Range(low=50, high=300)
     output_tokens: Range = Range(low=50, high=300)
     latency_class: LatencyClass = LatencyClass.INTERACTIVE
+    ttft_objective_ms: float | None = Field(
+        default=None, gt=0, description="p90 TTFT objective of these requests (slo_cost)"
+    )
+    deadline_ms: float | None = Field(
+        default=None, gt=0, description="first-token deadline (early rejection in '+reject' runs)"
+    )
 
 
 class ExtraLoad(_Strict):
@@ -147,6 +154,7 @@ class BackendGroup(_Strict):
     kind: BackendKind = BackendKind.DEDICATED
     count: int = Field(default=1, ge=1)
     engine: EngineParams = EngineParams.model_validate({})
+    price: PriceConfig | None = Field(default=None, description="as a gateway backend's price")
 
 
 class Scenario(_Strict):
@@ -168,6 +176,9 @@ class Scenario(_Strict):
     workloads: Mapping[str, Workload] = Field(min_length=1)
     events: Sequence[TimedEvent] = ()
     policy_params: Mapping[str, Mapping[str, Any]] = Field(default_factory=dict)
+    early_rejection_quantile: float = Field(
+        default=0.9, ge=0.5, le=0.999, description="of '+reject' runs (routing.deadline)"
+    )
 
     @model_validator(mode="before")
     @classmethod
