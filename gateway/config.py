@@ -31,6 +31,7 @@ from gateway.placement import PlacementConfig
 from gateway.pricing import PriceConfig
 from gateway.signals.hub import SignalsConfig
 from gateway.state.config import StateConfig
+from gateway.tokenizer import check_tokenizer_paths
 from routing.errors import RoutingError
 from routing.policies import build_router
 from routing.types import BackendKind, BackendSpec
@@ -304,6 +305,12 @@ class GatewayConfig(_Strict):
     listen: ListenConfig = ListenConfig()
     regions: list[RegionConfig] = Field(default_factory=list)
     backends: Annotated[list[BackendConfig], Field(min_length=1)]
+    tokenizers: dict[str, str] = Field(
+        default_factory=dict,
+        description="A model's own tokenizer, for real prompt lengths and token-aligned prefix "
+        "blocks: public model name -> path of its local tokenizer.json (read once at load with "
+        "the 'tokenizers' package, never downloaded). Without one: UTF-8 bytes / 4.",
+    )
     model_aliases: dict[str, str] = Field(
         default_factory=dict,
         description="More names for a public model: alias -> a name some backend lists in "
@@ -361,7 +368,9 @@ class GatewayConfig(_Strict):
                 f"signals.geo.default_origin {geo.default_origin!r} is not in 'regions' "
                 f"({', '.join(sorted(known)) or 'none configured'})"
             )
-        check_aliases(self.model_aliases, {m for b in self.backends for m in b.models})
+        served = {m for b in self.backends for m in b.models}
+        check_aliases(self.model_aliases, served)
+        check_tokenizer_paths(self.tokenizers, served)
         try:
             build_router(self.routing.policy, self.routing.params, self.routing.seed)
         except RoutingError as exc:

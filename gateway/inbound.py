@@ -177,6 +177,8 @@ def parse_inbound(
         profile = make_profile(payload, tenant, origin, block_tokens)
     except RoutingError as exc:
         raise bad_request(exc.message) from None
+    if isinstance(known_models, ModelNames):
+        profile = known_models.tokenized(profile, payload)
 
     return InboundRequest(
         endpoint=endpoint,

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from gateway.tokenizer import Tokenizer, load_tokenizers, prompt_ids, retokenize
+from routing.types import RequestProfile
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig
@@ -30,6 +33,7 @@ class ModelNames:
     public: Mapping[str, str] = field(default_factory=dict)  # accepted name -> public name
     ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # backend -> public -> id
     apis: Mapping[str, frozenset[str]] = field(default_factory=dict)  # public -> APIs offered
+    tokenizers: Mapping[str, Tokenizer] = field(default_factory=dict)  # public -> its tokenizer
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> ModelNames:
@@ -41,7 +45,12 @@ class ModelNames:
             offered = set(backend.apis) | ({"messages"} if "chat" in backend.apis else set())
             for model in backend.models:
                 apis.setdefault(model, set()).update(offered)
-        return cls(public=public, ids=ids, apis={m: frozenset(a) for m, a in apis.items()})
+        return cls(
+            public=public,
+            ids=ids,
+            apis={m: frozenset(a) for m, a in apis.items()},
+            tokenizers=load_tokenizers(config.tokenizers),
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self.public
@@ -59,6 +68,14 @@ class ModelNames:
     def offers(self, public: str, api: str) -> bool:
         """Whether some backend serving ``public`` offers ``api`` (chat, responses, ...)."""
         return api in self.apis.get(public, ()) if self.apis else True
+
+    def tokenized(self, profile: RequestProfile, payload: Mapping[str, Any]) -> RequestProfile:
+        """With the model's tokenizer configured: the real prompt length and token-aligned
+        prefix blocks (gateway/tokenizer.py); otherwise the bytes/4 profile as it is."""
+        tokenizer = self.tokenizers.get(profile.model)
+        if tokenizer is None:
+            return profile
+        return retokenize(profile, prompt_ids(tokenizer, payload))
 
     def upstream_id(self, backend: str, public: str) -> str:
         return self.ids.get(backend, {}).get(public, public)
