@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup lint typecheck coverage unit bench clean
+.PHONY: run test setup lint typecheck coverage unit bench clean image-test
 
 $(STAMP): pyproject.toml
 	@PYTHON=$(PYTHON) sh scripts/check_prereqs.sh
@@ -41,6 +41,10 @@ coverage: $(STAMP)
 ## MERIDIAN_DEPLOY_TOOLS=required: after setup, a missing deploy tool fails its test (no skip).
 unit: $(STAMP)
 	MERIDIAN_DEPLOY_TOOLS=required $(BIN)/pytest
+
+## Build the container image (podman, debootstrap base, no network) and test it; .ci/run runs it.
+image-test: $(STAMP)
+	sh scripts/image_test.sh
 
 ## Gateway overhead benchmark (not part of the tests): direct vs through the gateway.
 bench: $(STAMP)
