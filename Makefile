@@ -13,10 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-## Debian tools the tests drive: redis-server (shared state), promtool (metrics and rules).
+## Debian tools the tests drive: redis-server (shared state), promtool (metrics and rules),
+## chromium and its driver (the status page).
 setup: $(STAMP)
 	sh scripts/install_debian_packages.sh redis-server=redis-server redis-cli=redis-tools \
-		promtool=prometheus
+		promtool=prometheus chromium=chromium chromedriver=chromium-driver
 	PYTHON=$(PYTHON) sh scripts/install_deploy_tools.sh
 
 ## Run the embedded default: the gateway in front of an emulated three-region fleet.

@@ -19,6 +19,7 @@ from gateway.http_api import add_routes
 from gateway.loop_health import loop_health_ctx
 from gateway.metrics import GatewayMetrics
 from gateway.observability.fleet_status import FleetStatusCollector
+from gateway.observability.status import add_status_routes
 from gateway.prefix_expiry import prefix_expiry_ctx
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
@@ -99,6 +100,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     add_routes(app)
     add_explain_routes(app)
     add_chain_routes(app)
+    add_status_routes(app)  # GET /status, /status.json (gateway/observability/status.py)
     guard_expect(app, config.limits.max_body_bytes)  # after every route is registered
     return app
 

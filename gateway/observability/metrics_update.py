@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gateway.metrics import GatewayMetrics
 from gateway.observability.labels import NO_BACKEND, LabelBounds, outcome_class
+from gateway.observability.live_stats import LiveStats
 from gateway.observability.record import Outcome, RequestRecord
 from gateway.observability.request_metrics import RequestMetrics
 
@@ -20,6 +21,7 @@ class MetricsUpdate:
         self.bounds = LabelBounds.from_config(config)
         self.gateway = metrics
         self.request = RequestMetrics(metrics.registry)
+        self.live = LiveStats()  # for the status page
 
     def configure(self, config: GatewayConfig) -> None:
         self.bounds = LabelBounds.from_config(config)
@@ -40,6 +42,7 @@ class MetricsUpdate:
         ttft_s = first - record.inbound.received_at
         self.gateway.ttft.labels(*self._labels(record, opened)).observe(ttft_s)
         predicted_ms = opened.route.predicted_ttft_ms
+        self.live.first_token(opened.route.backend, ttft_s * 1000.0, predicted_ms)
         if predicted_ms:
             backend = self.bounds.backend(opened.route.backend)
             error = (ttft_s * 1000.0 - predicted_ms) / predicted_ms
@@ -57,6 +60,7 @@ class MetricsUpdate:
         if opened is None:
             return
         gw, req = self.gateway, self.request
+        self.live.served(opened.route.backend, now)
         gw.e2e.labels(*labels).observe(now - record.inbound.received_at)
         gw.output_tokens.labels(*labels).inc(opened.output_tokens())
         usage = opened.usage or {}
