@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from gateway.admin import ADMIN, admin_gate, install_admin
 from gateway.chain.summary import add_chain_routes
-from gateway.config import GatewayConfig
+from gateway.config import ConfigError, GatewayConfig
 from gateway.door.expect import guard_expect
 from gateway.door.protocol import DoorRunner
 from gateway.errors import ApiError
@@ -55,7 +56,10 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.Application:
-    app = web.Application(middlewares=[openai_errors], client_max_size=config.limits.max_body_bytes)
+    app = web.Application(
+        middlewares=[openai_errors, admin_gate], client_max_size=config.limits.max_body_bytes
+    )
+    install_admin(app, config.admin.public_metrics)  # gateway/admin: which routes are admin-only
     metrics = GatewayMetrics()
     shared = SharedState.from_config(config, metrics.registry)
     # Pools, router and signal hub live in a RelayState that a reload rebuilds and swaps whole.
@@ -110,10 +114,18 @@ class RunningGateway:
     runner: web.AppRunner
     host: str
     port: int
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 0
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        """The admin listener (gateway/admin): state, metrics, readiness details."""
+        host = f"[{self.admin_host}]" if ":" in self.admin_host else self.admin_host
+        return f"http://{host}:{self.admin_port}"
 
     @property
     def app(self) -> web.Application:
@@ -139,8 +151,24 @@ async def start_gateway(
     except BaseException:  # a port in use: close what setup() opened (upstream sessions)
         await runner.cleanup()
         raise
+    actual_port = _bound_port(site) or (port or config.listen.port)
+    admin = config.admin
+    admin_port = admin.port_for(config.listen.port if port is None else port)
+    if admin_port != 0 and admin_port == actual_port:
+        await runner.cleanup()
+        raise ConfigError(f"admin.port {admin_port} is the public listener's port")
+    admin_site = web.TCPSite(runner, admin.host, admin_port)
+    try:
+        await admin_site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound_admin = _bound_port(admin_site) or admin_port
+    app[ADMIN].ports.add(bound_admin)
+    return RunningGateway(runner, bind_host, actual_port, admin.host, bound_admin)
+
+
+def _bound_port(site: web.TCPSite) -> int | None:
     server = site._server
-    assert server is not None
     sockets = getattr(server, "sockets", None) or []
-    actual_port = sockets[0].getsockname()[1] if sockets else (port or config.listen.port)
-    return RunningGateway(runner, bind_host, actual_port)
+    return int(sockets[0].getsockname()[1]) if sockets else None

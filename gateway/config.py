@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.admin.config import AdminConfig
 from gateway.backend_urls import check_backend_url
 from gateway.chain.config import ChainConfig
 from gateway.model_names import check_aliases
@@ -332,6 +333,10 @@ class GatewayConfig(_Strict):
     state: StateConfig = StateConfig()  # shared between replicas (gateway/state/README.md)
     chain: ChainConfig = ChainConfig()  # gateways forwarding to gateways (gateway/chain)
     placement: PlacementConfig = PlacementConfig()
+    admin: AdminConfig = Field(
+        default_factory=lambda: AdminConfig(),
+        description="The admin listener: state, metrics, readiness details (gateway/admin).",
+    )
     logging: LoggingConfig = Field(
         default=LoggingConfig(), description="Request log and log line format."
     )

@@ -17,6 +17,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.admin import on_admin_listener
 from gateway.chain.hop import HOP_HEADERS
 from gateway.doors.models import model_object
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
@@ -288,6 +289,8 @@ async def readyz(request: web.Request) -> web.Response:
     health = relay.fleet.health()
     draining = relay.drain.not_ready
     ready = bool(health.usable) and not draining
+    if not on_admin_listener(request):  # the public side learns ready or not, nothing more
+        return web.json_response({"ready": ready}, status=200 if ready else 503)
     body = {
         "ready": ready,
         "draining": draining,

@@ -31,7 +31,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.bench.stats import percentile
-from loadtests.processes import emulated_backend, gateway
+from loadtests.processes import ADMIN_URLS, emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
 
 MODEL = "soak-model"
@@ -119,7 +119,7 @@ def _rss_and_fds(pid: int) -> tuple[int, int]:
 
 
 async def _loop_gauges(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    async with session.get(url + "/metrics") as reply:
+    async with session.get(ADMIN_URLS.get(url, url) + "/metrics") as reply:
         text = await reply.text()
     return {
         s.name: s.value

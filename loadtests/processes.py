@@ -67,6 +67,10 @@ async def emulated_backend(
         yield url, process.pid
 
 
+# Public URL -> admin listener URL (gateway/admin: /metrics, state) of every gateway started.
+ADMIN_URLS: dict[str, str] = {}
+
+
 @contextlib.asynccontextmanager
 async def gateway(config: Mapping[str, Any]) -> AsyncIterator[tuple[str, int]]:
     """One ``meridian serve --config`` process on an ephemeral port; yields (base url, pid)."""
@@ -78,4 +82,6 @@ async def gateway(config: Mapping[str, Any]) -> AsyncIterator[tuple[str, int]]:
             line = (await _readline(process)).decode()
             if not line.startswith("meridian listening on "):
                 raise RuntimeError(f"unexpected first line from meridian serve: {line!r}")
-            yield line.split()[-1], process.pid
+            url = line.split()[-1]
+            ADMIN_URLS[url] = (await _readline(process)).decode().split()[-1]
+            yield url, process.pid

@@ -102,7 +102,9 @@ async def _serve(args: argparse.Namespace) -> int:
             reloader.watch_every(config.reload.watch_interval_s)
         models = ", ".join(config.models())
         log.info("meridian listening on %s (models: %s)", gateway.url, models)
+        log.info("admin listener (state, metrics, readiness details) on %s", gateway.admin_url)
         print(f"meridian listening on {gateway.url}", flush=True)
+        print(f"meridian admin on {gateway.admin_url}", flush=True)  # the line after, always
         await stop.wait()
         log.info("shutting down: draining")
         await _drain(gateway, stop_now)

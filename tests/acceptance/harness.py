@@ -166,7 +166,19 @@ def start_gateway(config: dict[str, Any], workdir: Path, name: str) -> tuple[Pro
     line = process.readline()
     prefix = "meridian listening on "
     assert line.startswith(prefix), line
-    return process, line[len(prefix) :].strip()
+    url = line[len(prefix) :].strip()
+    admin_line = process.readline()
+    assert admin_line.startswith("meridian admin on "), admin_line
+    ADMIN_URLS[url] = admin_line.split()[-1]
+    return process, url
+
+
+# Public URL -> admin listener URL (state, /metrics, readiness details) of every gateway started.
+ADMIN_URLS: dict[str, str] = {}
+
+
+def admin_of(url: str) -> str:
+    return ADMIN_URLS[url]
 
 
 async def wait_for_signals(

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from tests.acceptance.conftest import Launch, Stack
-from tests.acceptance.harness import Node, admin, chat, explain, wait_for_signals
+from tests.acceptance.harness import Node, admin, admin_of, chat, explain, wait_for_signals
 from tests.acceptance.workload import table, unique_prompt, user
 
 FLEET = Path(__file__).parent / "fleets" / "pair.yaml"
@@ -122,7 +122,7 @@ async def _steady_traffic(session: aiohttp.ClientSession, gateway: str) -> None:
 
 
 async def _ejected(session: aiohttp.ClientSession, gateway: str) -> list[str]:
-    async with session.get(f"{gateway}/readyz") as resp:
+    async with session.get(f"{admin_of(gateway)}/readyz") as resp:
         body = await resp.json()
     ejected: list[str] = body["backends_ejected"]
     return ejected
@@ -157,7 +157,7 @@ async def _poll(
 
 async def _attempts(session: aiohttp.ClientSession, gateway: str, backend: str) -> int:
     """Upstream attempts the gateway made on ``backend`` (all outcomes), from /metrics."""
-    async with session.get(f"{gateway}/metrics") as resp:
+    async with session.get(f"{admin_of(gateway)}/metrics") as resp:
         text = await resp.text()
     total = 0.0
     for line in text.splitlines():

@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from tests.acceptance.conftest import Launch, Stack
-from tests.acceptance.harness import Served, chat, explain, geo_signals, wait_for_signals
+from tests.acceptance.harness import Served, admin_of, chat, explain, geo_signals, wait_for_signals
 from tests.acceptance.workload import share, table, true_ttft_ms, unique_prompt, user
 from tests.signals.geo_fixtures import AP_CLIENT, EU_CLIENT, US_CLIENT, write_city_db
 
@@ -135,7 +135,7 @@ async def _calibrated_request(
 
 async def _prediction_error_metric(session: aiohttp.ClientSession, gateway: str) -> dict[str, Any]:
     """Sum meridian_ttft_prediction_error_ratio over backends: count and the median's bucket."""
-    async with session.get(f"{gateway}/metrics") as resp:
+    async with session.get(f"{admin_of(gateway)}/metrics") as resp:
         text = await resp.text()
     buckets: dict[float, float] = {}
     for line in text.splitlines():

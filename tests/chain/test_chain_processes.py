@@ -21,6 +21,7 @@ from gateway.chain.hop_timing import breakdown, parts_sum_ms
 from gateway.grpc.client import inference_stub
 from gateway.timing import parse
 from proto.meridian.v1 import inference_pb2 as pb
+from tests.acceptance.harness import admin_of
 from tests.chain.chain_rig import (
     MODEL,
     chat,
@@ -229,7 +230,7 @@ async def _grpc_error(target: str) -> tuple[grpc.StatusCode, str]:
 
 
 async def _requests_seen(session: aiohttp.ClientSession, gateway: str) -> float:
-    async with session.get(f"{gateway}/metrics") as resp:
+    async with session.get(f"{admin_of(gateway)}/metrics") as resp:
         text = await resp.text()
     total = 0.0
     for line in text.splitlines():

@@ -34,7 +34,9 @@ async def test_tasks_return_to_their_idle_count_after_streams(emulator, gateway)
     backend = await emulator("b1")
     running = await gateway(config_for({"b1": backend.url}))
     async with aiohttp.ClientSession() as session:
-        idle = await _until(session, running.url, lambda g: g.get("meridian_event_loop_tasks", 0))
+        idle = await _until(
+            session, running.admin_url, lambda g: g.get("meridian_event_loop_tasks", 0)
+        )
         assert idle["meridian_event_loop_lag_seconds"] >= 0
         body = {
             "model": MODEL,
@@ -48,5 +50,7 @@ async def test_tasks_return_to_their_idle_count_after_streams(emulator, gateway)
                 await reply.read()
         baseline = idle["meridian_event_loop_tasks"]
         await _until(
-            session, running.url, lambda g: g.get("meridian_event_loop_tasks", 1e9) <= baseline
+            session,
+            running.admin_url,
+            lambda g: g.get("meridian_event_loop_tasks", 1e9) <= baseline,
         )

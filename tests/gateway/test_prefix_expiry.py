@@ -49,7 +49,7 @@ async def test_expired_prefixes_leave_the_index_without_any_request(emulator, ga
                 await reply.read()
         # Synchronised on the sweep's own counters; the test's timeout bounds the wait.
         while True:
-            samples = await _samples(session, running.url)
+            samples = await _samples(session, running.admin_url)
             if (
                 samples.get("meridian_prefix_index_expired_total", 0) > 0
                 and samples.get("meridian_prefix_index_entries") == 0

@@ -91,7 +91,7 @@ async def test_request_metrics_carry_model_region_backend_door_and_promtool_acce
         assert await _chat(session, running.url, max_tokens=3) == 200
         assert await _chat(session, running.url, stream=True, max_tokens=5, **usage) == 200
         assert await _chat(session, running.url, model="not-configured") == 404
-        async with session.get(running.url + "/metrics") as response:
+        async with session.get(running.admin_url + "/metrics") as response:
             text = await response.text()
     samples = _samples(text)
     route = {"model": MODEL, "region": "local", "backend": "b2", "door": "http"}

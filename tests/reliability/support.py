@@ -133,6 +133,7 @@ class ServeProcess:
     process: asyncio.subprocess.Process
     url: str
     log_path: Path
+    admin_url: str  # gateway/admin: state, metrics, readiness details
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -158,7 +159,10 @@ async def serve_process(config_path: Path) -> AsyncIterator[ServeProcess]:
                 raise RuntimeError(
                     f"meridian serve did not start: {line!r}\n{log_path.read_text()}"
                 )
-            yield ServeProcess(process, line.decode().split()[-1], log_path)
+            admin = await asyncio.wait_for(process.stdout.readline(), 30)
+            yield ServeProcess(
+                process, line.decode().split()[-1], log_path, admin.decode().split()[-1]
+            )
         finally:
             if process.returncode is None:
                 process.kill()

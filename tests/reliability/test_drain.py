@@ -49,7 +49,7 @@ async def _run_drain(
             await asyncio.wait_for(started.get(), 10)
         gw.signal(signal.SIGTERM)
         await asyncio.sleep(0.05)
-        async with session.get(gw.url + "/readyz") as ready:
+        async with session.get(gw.admin_url + "/readyz") as ready:
             ready_status, ready_body = ready.status, await ready.json()
         await asyncio.sleep(drain.get("readiness_grace_s", 0.0))
         async with aiohttp.ClientSession() as fresh:

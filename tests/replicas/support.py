@@ -85,13 +85,14 @@ class Replica:
     url: str
     process: asyncio.subprocess.Process
     log: Path
+    admin_url: str  # gateway/admin: state, metrics, readiness details
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     async def state(self, session: aiohttp.ClientSession) -> dict[str, Any]:
-        async with session.get(self.url + STATE_PATH) as response:
+        async with session.get(self.admin_url + STATE_PATH) as response:
             assert response.status == 200, await response.text()
             body: dict[str, Any] = await response.json()
             return body
@@ -124,7 +125,8 @@ async def serve(config: dict[str, Any], workdir: Path, name: str) -> AsyncIterat
         text = line.decode()
         if not text.startswith("meridian listening on "):
             raise RuntimeError(f"{name} did not start ({text!r}); see {log}")
-        yield Replica(text.split()[-1], process, log)
+        admin = (await asyncio.wait_for(process.stdout.readline(), _READY_TIMEOUT_S)).decode()
+        yield Replica(text.split()[-1], process, log, admin.split()[-1])
     finally:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):

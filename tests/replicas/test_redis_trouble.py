@@ -46,7 +46,7 @@ async def test_killed_redis_costs_no_request_and_state_reconciles_on_restart(
         redis_server.kill()
         await wait_for(lambda: _all(t, "degraded"), 3.0)
         for replica in t.replicas:  # degraded shared state is no reason to stop serving
-            async with t.session.get(replica.url + "/readyz") as response:
+            async with t.session.get(replica.admin_url + "/readyz") as response:
                 assert response.status == 200
         first, second = t.replicas
         served = []  # first turns on replica 1 while nothing can be shared

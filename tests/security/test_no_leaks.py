@@ -10,6 +10,7 @@ import aiohttp
 import grpc
 import pytest
 
+from gateway.app import RunningGateway
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
@@ -75,11 +76,12 @@ async def _post(url: str, body: object, backend: LeakyBackend | None = None) -> 
             return r.status, await r.read()
 
 
-async def _scrape(url: str) -> bytes:
+async def _scrape(running: RunningGateway) -> bytes:
     async with aiohttp.ClientSession() as session:
         out = b""
-        for path in ("/metrics", "/readyz"):
-            async with session.get(url + path) as r:
+        for path in ("/metrics", "/readyz", "/v1/meridian/state"):
+            async with session.get(running.admin_url + path) as r:
+                assert r.status == 200
                 out += await r.read()
         return out
 
@@ -115,7 +117,7 @@ async def test_upstream_error_text_never_reaches_the_client(
             assert b'"error"' in body  # the break is reported, in Meridian's words
         if mode == "400":  # the client's own fault: the backend's words pass, scrubbed
             assert b"maximum context length is 4096 tokens" in body
-        assert_clean(await _scrape(running.url))
+        assert_clean(await _scrape(running))
     assert_clean(caplog.text, SECRETS)  # logs may name addresses for the operator; never keys
 
 
