@@ -60,6 +60,9 @@ class EmulatedBackend:
         self.config = config
         self.faults = config.faults
         self.rtt_ms = config.rtt_ms  # live: /admin/rtt changes it, /admin/reset restores it
+        # What light requests (the probes' /v1/models, /health) pay instead, when their path is
+        # not the requests' one (a health endpoint in front of the slow hop). None: rtt_ms.
+        self.probe_rtt_ms: float | None = None
         self.rng = random.Random(config.seed)
         self.driver = RealtimeEngine(config.engine)
         self.metrics = EngineMetrics(config.models[0])
@@ -157,9 +160,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 
 async def _round_trip(backend: EmulatedBackend) -> None:
-    """A light request's two half trips, for endpoints that answer at once."""
-    if backend.rtt_ms > 0:
-        await asyncio.sleep(2 * backend.half_rtt_s)
+    """A light request's two half trips, for endpoints that answer at once (the probes')."""
+    rtt_ms = backend.rtt_ms if backend.probe_rtt_ms is None else backend.probe_rtt_ms
+    if rtt_ms > 0:
+        await asyncio.sleep(rtt_ms / 1000.0)
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -201,6 +205,11 @@ class RttChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rtt_ms: float = Field(ge=0, description="round trip added in user space from now on")
+    probe_rtt_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="what /v1/models and /health (the probes' path) pay instead (default: rtt_ms)",
+    )
 
 
 async def admin_rtt(request: web.Request) -> web.Response:
@@ -210,15 +219,18 @@ async def admin_rtt(request: web.Request) -> web.Response:
         change = RttChange.model_validate_json(await request.read() or b"{}")
     except ValidationError as exc:
         return error_response(bad_request(f"invalid rtt: {exc}"))
-    backend.rtt_ms = change.rtt_ms
-    return web.Response(body=orjson.dumps({"rtt_ms": backend.rtt_ms}), content_type=JSON)
+    backend.rtt_ms, backend.probe_rtt_ms = change.rtt_ms, change.probe_rtt_ms
+    body: dict[str, float] = {"rtt_ms": backend.rtt_ms}
+    if backend.probe_rtt_ms is not None:
+        body["probe_rtt_ms"] = backend.probe_rtt_ms
+    return web.Response(body=orjson.dumps(body), content_type=JSON)
 
 
 async def admin_reset(request: web.Request) -> web.Response:
     """Clear faults, counters, the engine and its prefix cache; reseed the RNG; config RTT."""
     backend = request.app[BACKEND]
     backend.faults = backend.config.faults
-    backend.rtt_ms = backend.config.rtt_ms
+    backend.rtt_ms, backend.probe_rtt_ms = backend.config.rtt_ms, None
     backend.rng = random.Random(backend.config.seed)
     backend.driver.reset()
     backend.stats.reset()

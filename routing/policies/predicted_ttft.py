@@ -7,6 +7,7 @@ warm but overloaded backend can lose to a cold idle one.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 from pydantic import Field
@@ -234,7 +235,19 @@ class PredictedTTFTScorer:
         view = self._view
         row = None if view is None else view.index.get(observation.backend)
         spec = None if view is None or row is None else view.specs[row]
-        self.learner.observe_first_token(observation, spec)
+        self.learner.observe_first_token(self._current_rtt(observation, row), spec)
+
+    def _current_rtt(self, observation: Observation, row: int | None) -> Observation:
+        """``observation`` with its predicted RTT replaced by what the probes say now: a
+        request in flight when a probe saw the RTT jump paid the new one, which the
+        prediction already follows; learned again as an offset it would count twice."""
+        terms = observation.predicted_terms_ms
+        if row is None or "rtt" not in terms:
+            return observation
+        rtt = self.row_terms.rtt.item(row)
+        if rtt == terms["rtt"]:
+            return observation
+        return replace(observation, predicted_terms_ms={**terms, "rtt": rtt})
 
     def observe(self, observation: Observation) -> None:
         view, load = self._view, self._load
@@ -245,7 +258,7 @@ class PredictedTTFTScorer:
             # The batch the request decoded in, as the latest signals show it.
             seqs = view.max_num_seqs.item(row)
             itl_scale = self.row_terms.batch_scale(min(load.depth.item(row) + 1.0, seqs), seqs)
-        self.learner.observe(observation, spec, itl_scale)
+        self.learner.observe(self._current_rtt(observation, row), spec, itl_scale)
         if observation.ok and observation.prefix_hashes:
             record(
                 self.index, observation.backend, observation.prefix_hashes,

@@ -128,3 +128,25 @@ async def test_admin_reset_clears_counters_and_cache(start) -> None:
             assert (await resp.json())["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
         async with session.get(emulator.url + "/metrics") as resp:
             assert resp.status == 200
+
+
+async def test_admin_rtt_can_leave_the_probes_path_fast(start) -> None:
+    """A health endpoint in front of the slow hop: requests pay the round trip, probes not."""
+    emulator = await start(engine=FAST)
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as session:
+        change = {"rtt_ms": 1000.0, "probe_rtt_ms": 0.0}
+        async with session.post(emulator.url + "/admin/rtt", json=change) as resp:
+            assert await resp.json() == change
+        sent = loop.time()
+        async with session.get(emulator.url + "/v1/models") as resp:
+            assert resp.status == 200
+        probe_s = loop.time() - sent
+        sent = loop.time()
+        async with session.post(emulator.url + "/v1/chat/completions", json=chat(max_tokens=1)):
+            request_s = loop.time() - sent
+        assert request_s >= 1.0 > probe_s  # sleeps: never shorter than asked
+        async with session.post(emulator.url + "/admin/reset") as resp:
+            assert resp.status == 200
+        async with session.post(emulator.url + "/admin/rtt", json={"rtt_ms": 5.0}) as resp:
+            assert await resp.json() == {"rtt_ms": 5.0}  # probes follow the requests again

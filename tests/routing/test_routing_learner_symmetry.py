@@ -219,3 +219,17 @@ def test_a_prefill_rate_change_is_not_absorbed_by_the_offset(
     est = learner.estimate("a")
     assert est is not None and est.offset_ms == 0.0
     assert (est.prefill_rate or 10_000.0) < 10_000.0
+
+
+def test_a_jump_the_probes_already_saw_is_not_learned_again_as_an_offset() -> None:
+    router = build_router("predicted_ttft", {}, 0)
+    prof = profile(prompt_tokens=100)
+    before = fleet(state("a", rtt_ms=RTT, running=0, waiting=0, as_of=0.0))
+    after = fleet(state("a", rtt_ms=RTT + 400.0, running=0, waiting=0, as_of=1.0))
+    in_flight = [router.decide(prof, before, 0.1 * i).ranked[0] for i in range(3)]
+    router.decide(prof, after, 1.0)  # the probe saw it: the prediction follows
+    for i, chosen in enumerate(in_flight):
+        router.observe_first_token("a", 1.1 + i, chosen.terms_ms["rtt"] + 400.0 + 20.0,
+            chosen.terms_ms, predicted_ttft_ms=chosen.predicted_ttft_ms)  # fmt: skip
+    shown = router.explain(prof, after, 2.0).ranked[0]
+    assert abs(shown.terms_ms["bias"]) < 20.0 and shown.terms_ms["rtt"] == RTT + 400.0
