@@ -136,16 +136,27 @@ class RunningGateway:
 
 
 async def start_gateway(
-    config: GatewayConfig, host: str | None = None, port: int | None = None
+    config: GatewayConfig,
+    host: str | None = None,
+    port: int | None = None,
+    *,
+    reuse_port: bool = False,
+    prepare: Callable[[web.Application], None] | None = None,
 ) -> RunningGateway:
-    """Start serving on the running event loop; returns once the socket is listening."""
+    """Start serving on the running event loop; returns once the socket is listening.
+    ``reuse_port``: bind with SO_REUSEPORT (the workers of ``--workers N``); ``prepare`` runs on
+    the app before it starts."""
     app = build_app(config)
+    if prepare is not None:
+        prepare(app)
     # handler_cancellation: a client that goes away cancels its handler, and with it the
     # upstream request — the GPU stops generating for nobody.
     runner = DoorRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     bind_host = host or config.listen.host
-    site = web.TCPSite(runner, bind_host, config.listen.port if port is None else port)
+    site = web.TCPSite(
+        runner, bind_host, config.listen.port if port is None else port, reuse_port=reuse_port
+    )
     try:
         await site.start()
     except BaseException:  # a port in use: close what setup() opened (upstream sessions)

@@ -32,6 +32,7 @@ from gateway.state.wiring import STATE
 from gateway.state_keys import METRICS, RELAY
 from gateway.stream import OpenedStream, StreamBroken
 from gateway.timing import TimingEntry, render
+from gateway.workers.metrics_view import METRICS_VIEW
 
 log = logging.getLogger("meridian.http")
 
@@ -305,6 +306,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
+    if (host_view := request.app.get(METRICS_VIEW)) is not None:  # --workers N: every worker
+        page: web.Response = await host_view(request)
+        return page
     payload = generate_latest(request.app[METRICS].registry)
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,15 @@ def _file_digest(path: Path) -> bytes | None:
 
 
 class Reloader:
-    def __init__(self, relay: Relay, path: str | Path) -> None:
+    def __init__(
+        self,
+        relay: Relay,
+        path: str | Path,
+        adjust: Callable[[GatewayConfig], GatewayConfig] | None = None,
+    ) -> None:
         self.relay = relay
         self.path = Path(path)
+        self._adjust = adjust or (lambda config: config)  # what the process overrides (workers)
         self._lock = asyncio.Lock()
         self._digest = _file_digest(self.path)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -65,7 +71,7 @@ class Reloader:
             self._digest = _file_digest(self.path)
             outcomes = self.relay.safety.reloads
             try:
-                config = load_config(self.path)
+                config = self._adjust(load_config(self.path))
                 if config == self.relay.config:
                     log.info("config reload (%s): %s unchanged", reason, self.path)
                     outcomes.labels("unchanged").inc()

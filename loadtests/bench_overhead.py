@@ -12,6 +12,7 @@ p50/p99 direct vs through the gateway, the difference (added latency), and reque
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 from dataclasses import asdict, dataclass
 
@@ -48,10 +49,11 @@ class Side:
 class Level:
     concurrency: int
     direct: Side
-    gateway: Side
+    gateway: Side  # the first --workers count
+    by_workers: dict[int, Side] = dataclasses.field(default_factory=dict)  # every count run
 
-    def added(self, field: str) -> float | None:
-        a, b = getattr(self.direct, field), getattr(self.gateway, field)
+    def added(self, field: str, side: Side | None = None) -> float | None:
+        a, b = getattr(self.direct, field), getattr(side or self.gateway, field)
         return None if a is None or b is None else b - a
 
 
@@ -87,9 +89,15 @@ def _side(results: list[BenchResult]) -> Side:
     )
 
 
-async def measure(concurrencies: list[int], requests: int, rounds: int) -> list[Level]:
+async def measure(
+    concurrencies: list[int], requests: int, rounds: int, workers: list[int] | None = None
+) -> list[Level]:
+    counts = workers or [1]
     levels = []
-    async with emulated_backend("overhead", MODEL, ENGINE) as (backend_url, _):
+    async with (
+        emulated_backend("overhead", MODEL, ENGINE) as (backend_url, _),
+        contextlib.AsyncExitStack() as stack,
+    ):
         config = {
             "backends": [
                 {
@@ -101,41 +109,57 @@ async def measure(concurrencies: list[int], requests: int, rounds: int) -> list[
                 }
             ]
         }
-        async with gateway(config) as (gateway_url, _):
-            for concurrency in concurrencies:
-                workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
-                options = BenchOptions(max_connections=concurrency)
-                await run_bench(gateway_url, workload, options)  # warm both pools
-                direct: list[BenchResult] = []
-                through: list[BenchResult] = []
-                for _ in range(rounds):
-                    direct.append(await run_bench(backend_url, workload, options))
-                    through.append(await run_bench(gateway_url, workload, options))
-                levels.append(Level(concurrency, _side(direct), _side(through)))
+        urls = {n: (await stack.enter_async_context(gateway(config, n)))[0] for n in counts}
+        for concurrency in concurrencies:
+            workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
+            options = BenchOptions(max_connections=concurrency)
+            for url in urls.values():
+                await run_bench(url, workload, options)  # warm both pools
+            direct: list[BenchResult] = []
+            through: dict[int, list[BenchResult]] = {n: [] for n in counts}
+            for _ in range(rounds):
+                direct.append(await run_bench(backend_url, workload, options))
+                for n, url in urls.items():
+                    through[n].append(await run_bench(url, workload, options))
+            sides = {n: _side(results) for n, results in through.items()}
+            levels.append(Level(concurrency, _side(direct), sides[counts[0]], sides))
     return levels
 
 
 def format_table(levels: list[Level]) -> str:
     header = (
-        f"{'conc':>5} {'side':>8} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'conc':>5} {'side':>10} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
         f"{'ITL p50':>8} {'ITL p99':>8} {'req/s':>8}"
     )
     lines = [header, "-" * len(header)]
     for level in levels:
-        for label, side in (("direct", level.direct), ("gateway", level.gateway)):
+        sides = level.by_workers or {1: level.gateway}
+        labelled = [("direct", level.direct)]
+        labelled += [(_label(n, len(sides)), side) for n, side in sides.items()]
+        for label, side in labelled:
             lines.append(
-                f"{level.concurrency:>5} {label:>8} {side.requests:>6} {side.errors:>4} "
+                f"{level.concurrency:>5} {label:>10} {side.requests:>6} {side.errors:>4} "
                 f"{fmt(side.ttft_p50_ms):>9} {fmt(side.ttft_p99_ms):>9} "
                 f"{fmt(side.itl_p50_ms):>8} {fmt(side.itl_p99_ms):>8} {side.request_per_s:>8.1f}"
             )
-        lines.append(
-            f"{level.concurrency:>5} {'added':>8} {'':>6} {'':>4} "
-            f"{fmt(level.added('ttft_p50_ms')):>9} {fmt(level.added('ttft_p99_ms')):>9} "
-            f"{fmt(level.added('itl_p50_ms')):>8} {fmt(level.added('itl_p99_ms')):>8} "
-            f"{fmt(level.gateway.request_per_s / level.direct.request_per_s, 3):>8}x"
-        )
-    lines.append("(all times ms; 'added' = gateway - direct; last column = gateway/direct req/s)")
+        for n, side in sides.items():
+            lines.append(
+                f"{level.concurrency:>5} {'+' + _label(n, len(sides)):>10} {'':>6} {'':>4} "
+                f"{fmt(level.added('ttft_p50_ms', side)):>9} "
+                f"{fmt(level.added('ttft_p99_ms', side)):>9} "
+                f"{fmt(level.added('itl_p50_ms', side)):>8} "
+                f"{fmt(level.added('itl_p99_ms', side)):>8} "
+                f"{fmt(side.request_per_s / level.direct.request_per_s, 3):>8}x"
+            )
+    lines.append("(all times ms; '+' rows = gateway - direct; last column = gateway/direct req/s)")
     return "\n".join(lines)
+
+
+_ADDED = ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+
+
+def _label(workers: int, sides: int) -> str:
+    return "gateway" if sides == 1 else f"gw x{workers}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,21 +169,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--requests", type=int, default=200, help="requests per side per round")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="gateway worker counts to compare, each its own gateway (e.g. 1 2)",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
-    levels = uvloop.run(measure(args.concurrency or [1, 64], args.requests, args.rounds))
+    levels = uvloop.run(
+        measure(args.concurrency or [1, 64], args.requests, args.rounds, args.workers)
+    )
     print(format_table(levels))
     payload = {
         "benchmark": "gateway_overhead",
         "engine": ENGINE,
         "levels": [
             {
-                **asdict(level),
-                "added": {
-                    f: level.added(f)
-                    for f in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+                **{k: v for k, v in asdict(level).items() if k != "by_workers"},
+                "added": {f: level.added(f) for f in _ADDED},
+                "by_workers": {
+                    str(n): {**asdict(side), "added": {f: level.added(f, side) for f in _ADDED}}
+                    for n, side in level.by_workers.items()
                 },
             }
             for level in levels

@@ -72,12 +72,14 @@ ADMIN_URLS: dict[str, str] = {}
 
 
 @contextlib.asynccontextmanager
-async def gateway(config: Mapping[str, Any]) -> AsyncIterator[tuple[str, int]]:
-    """One ``meridian serve --config`` process on an ephemeral port; yields (base url, pid)."""
+async def gateway(config: Mapping[str, Any], workers: int = 1) -> AsyncIterator[tuple[str, int]]:
+    """One ``meridian serve --config`` process on an ephemeral port (``--workers``: a
+    supervisor and that many worker processes); yields (base url, pid)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "gateway.yaml"
         path.write_text(yaml.safe_dump(dict(config)))
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
+        argv += ["--workers", str(workers)]
         async with _process(argv) as process:
             line = (await _readline(process)).decode()
             if not line.startswith("meridian listening on "):

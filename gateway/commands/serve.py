@@ -27,6 +27,9 @@ from gateway.drain import drain
 from gateway.observability import log_format
 from gateway.reload import Reloader
 from gateway.state_keys import RELAY
+from gateway.workers.ports import usable_cores
+from gateway.workers.supervisor import supervise
+from gateway.workers.worker import WorkerRole
 
 log = logging.getLogger("meridian.serve")
 
@@ -35,9 +38,17 @@ class ListenError(Exception):
     """The listening socket could not be opened (a port in use, an address not on this host)."""
 
 
-async def _start(config: GatewayConfig, host: str | None, port: int | None) -> RunningGateway:
+async def _start(
+    config: GatewayConfig, host: str | None, port: int | None, role: WorkerRole | None = None
+) -> RunningGateway:
     try:
-        return await start_gateway(config, host, port)
+        return await start_gateway(
+            config,
+            host,
+            port,
+            reuse_port=role is not None,
+            prepare=None if role is None else role.prepare,
+        )
     except OSError as exc:
         where = f"{host or config.listen.host}:{config.listen.port if port is None else port}"
         reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
@@ -50,6 +61,17 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--host", help="listen address (overrides the config)")
     parser.add_argument("--port", type=int, help="listen port (overrides the config; 0 = any)")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes sharing the port (SO_REUSEPORT), one event loop each; default: "
+        "the CPUs this process may use (1 without --config: the embedded fleet is in-process)",
+    )
+    # Set by the supervisor of --workers N on each worker it starts; not for operators.
+    for flag in ("--worker-index", "--worker-count"):
+        parser.add_argument(flag, type=int, help=argparse.SUPPRESS)
+    for flag in ("--runtime-dir", "--state-socket"):
+        parser.add_argument(flag, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -76,6 +98,33 @@ async def _drain(gateway: RunningGateway, stop_now: asyncio.Event) -> None:
     await asyncio.gather(draining, forced, return_exceptions=True)
 
 
+def _role(args: argparse.Namespace) -> WorkerRole | None:
+    if args.worker_index is None:
+        return None
+    return WorkerRole(args.worker_index, args.worker_count, args.runtime_dir, args.state_socket)
+
+
+def _worker_count(args: argparse.Namespace) -> int:
+    if args.worker_index is not None or not args.config:
+        return 1
+    count = usable_cores() if args.workers is None else args.workers
+    if count < 1:
+        raise SystemExit("meridian serve: --workers must be at least 1")
+    return int(count)
+
+
+async def _supervise(args: argparse.Namespace, workers: int) -> int:
+    config = load_config(args.config)
+    host = args.host or config.listen.host
+    port = config.listen.port if args.port is None else args.port
+    plan = {"config": args.config, "host": host, "port": port, "workers": workers}
+    try:
+        return await supervise(config, {**plan, "log_level": args.log_level})
+    except OSError as exc:  # the port could not be reserved
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from exc
+
+
 async def _serve(args: argparse.Namespace) -> int:
     stop, stop_now = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -93,10 +142,15 @@ async def _serve(args: argparse.Namespace) -> int:
 
             config = await stack.enter_async_context(start_embedded_fleet())
         log_format.install(args.log_level, config.logging.format, sys.stderr)
-        gateway = await _start(config, args.host, args.port)
+        role = _role(args)
+        if role is not None:
+            config = role.adjust(config)
+        gateway = await _start(config, args.host, args.port, role)
         stack.push_async_callback(gateway.close)
+        if role is not None:
+            await role.listen_privately(gateway)
         if args.config:
-            reloader = Reloader(gateway.app[RELAY], args.config)
+            reloader = Reloader(gateway.app[RELAY], args.config, role.adjust if role else None)
             stack.push_async_callback(reloader.close)
             loop.add_signal_handler(signal.SIGHUP, reloader.request, "SIGHUP")
             reloader.watch_every(config.reload.watch_interval_s)
@@ -122,6 +176,9 @@ def main(argv: list[str]) -> int:
         runner = asyncio.Runner()
     try:
         with runner:
+            workers = _worker_count(args)
+            if workers > 1:
+                return runner.run(_supervise(args, workers))
             return runner.run(_serve(args))
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)

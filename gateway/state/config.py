@@ -69,7 +69,9 @@ class StateBounds(_Section):
 
 
 class StateConfig(_Section):
-    backend: Literal["memory", "redis", "redis-cluster"] = "memory"
+    # "host": the workers of one ``meridian serve --workers N`` share the supervisor's store
+    # over the Unix socket in ``url`` (set by the supervisor, not written by operators).
+    backend: Literal["memory", "redis", "redis-cluster", "host"] = "memory"
     url: str | None = None  # redis://host:port/0, rediss://..., unix:///path/redis.sock
     urls: tuple[str, ...] = ()  # cluster seed nodes, redis://host:port or rediss://host:port
     username: str | None = None
@@ -92,6 +94,8 @@ class StateConfig(_Section):
             )
         if self.backend == "redis" and not self.url:
             raise ValueError("state.url: required when state.backend is 'redis'")
+        if self.backend == "host" and not (self.url or "").startswith("unix://"):
+            raise ValueError("state.url: 'host' needs the coordinator's unix:// socket")
         if self.backend == "redis-cluster" and not self.urls:
             raise ValueError("state.urls: list at least one seed node for 'redis-cluster'")
         for key, url in [("url", self.url), *(("urls", u) for u in self.urls)]:

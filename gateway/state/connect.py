@@ -39,6 +39,11 @@ def open_store(config: StateConfig, wall: Callable[[], float] = time.time) -> St
     retention = retention_of(config)
     if config.backend == "memory":
         return MemoryStore(retention, wall)
+    if config.backend == "host":
+        from gateway.state.host_store import HostStore
+
+        assert config.url is not None  # StateConfig guarantees a unix:// url for "host"
+        return HostStore(urlsplit(config.url).path, config.timeouts.op_s)
     client = redis_client(config)
     return RedisStore(
         client, KeyLayout(config.key_prefix), retention, config.timeouts.op_s, wall=wall

@@ -162,6 +162,7 @@ def start_gateway(config: dict[str, Any], workdir: Path, name: str) -> tuple[Pro
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     argv = [*MERIDIAN, "serve", "--config", str(path), "--port", "0", "--log-level", "INFO"]
+    argv += ["--workers", "1"]  # one gateway process per region in these scenarios
     process = Process(argv, workdir / f"gateway-{name}.log")
     line = process.readline()
     prefix = "meridian listening on "

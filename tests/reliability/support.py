@@ -147,6 +147,7 @@ async def serve_process(config_path: Path) -> AsyncIterator[ServeProcess]:
     """``meridian serve --config`` as a real process; its log goes to a file beside the config."""
     log_path = config_path.with_suffix(".log")
     argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config_path)]
+    argv += ["--workers", "1"]  # the process under test is the gateway itself
     with log_path.open("wb") as log_file:
         process = await asyncio.create_subprocess_exec(
             *argv, "--port", "0", stdout=asyncio.subprocess.PIPE, stderr=log_file,

@@ -115,6 +115,7 @@ async def serve(config: dict[str, Any], workdir: Path, name: str) -> AsyncIterat
     """``meridian serve --config`` in its own process; its log goes to ``workdir/name.log``."""
     path, log = _write_config(config, workdir, name)
     argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
+    argv += ["--workers", "1"]  # one process per replica: these tests count processes
     with open(log, "wb") as stderr:  # noqa: ASYNC230 - opening a local file, once
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=stderr
