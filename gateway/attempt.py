@@ -186,7 +186,7 @@ async def _read_first(opened: OpenedStream, stream: bool) -> AttemptFailure | No
                 return AttemptFailure(name, "malformed", "non-JSON data event before first token")
             error = opened.grammar.error(obj) if obj is not None else None
             if error is not None:
-                log.warning("backend=%s error event: %s", name, error)
+                log.warning("backend=%s error event: %s", name, scrub(str(error)))
                 return AttemptFailure(name, "error_event", "backend sent an error event")
             opened.note(event, obj, carries)
             opened.first_events.append(event)
