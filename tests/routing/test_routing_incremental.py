@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import pickle
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from routing.fleet_view import FleetView, ViewCache, build_view
@@ -62,6 +63,18 @@ operation = st.one_of(
 )
 
 
+def _same(kept: Any, rebuilt: Any) -> bool:
+    """Equal, floats within rounding: incremental upkeep sums the same terms in another order,
+    so the last bit of a float may differ (226.08335071148184 vs ...187)."""
+    if isinstance(kept, float) and isinstance(rebuilt, float):
+        return math.isclose(kept, rebuilt, rel_tol=1e-9, abs_tol=1e-9)
+    if isinstance(kept, dict) and isinstance(rebuilt, dict):
+        return kept.keys() == rebuilt.keys() and all(_same(kept[k], rebuilt[k]) for k in kept)
+    if isinstance(kept, (list, tuple)) and isinstance(rebuilt, (list, tuple)):
+        return len(kept) == len(rebuilt) and all(map(_same, kept, rebuilt))
+    return bool(kept == rebuilt)
+
+
 def _comparable(decision: Decision) -> list[Any]:
     return [
         (c.backend, c.score, c.predicted_ttft_p90_ms, dict(c.terms_ms), dict(c.term_age_s),
@@ -74,6 +87,10 @@ def _comparable(decision: Decision) -> list[Any]:
 @given(
     ops=st.lists(operation, min_size=1, max_size=40),
     policy=st.sampled_from(["predicted_ttft", "least_loaded"]),
+)
+@example(  # the last bit of the queue term differed (found by hypothesis; exact == failed)
+    ops=[("snapshot", 2, 7522), ("rtt_table", 0, 18), ("decide", 2, 1), ("decide", 0, 0)],
+    policy="predicted_ttft",
 )
 def test_incremental_upkeep_decides_as_a_rebuild_does(
     ops: list[tuple[str, int, int]], policy: str
@@ -105,9 +122,9 @@ def test_incremental_upkeep_decides_as_a_rebuild_does(
             cls = LatencyClass.LONG_FORM if value else LatencyClass.INTERACTIVE
             prof = profile(prompt_tokens=16 * (i + 1), prefix_hashes=HASHES[:i], latency_class=cls)
             rebuilt._views = ViewCache()  # every decision from scratch
-            assert _comparable(kept.decide(prof, snapshot, now)) == _comparable(
-                rebuilt.decide(prof, snapshot, now)
-            )
+            incremental = _comparable(kept.decide(prof, snapshot, now))
+            from_scratch = _comparable(rebuilt.decide(prof, snapshot, now))
+            assert _same(incremental, from_scratch), (incremental, from_scratch)
 
 
 def test_refresh_rewrites_changed_rows_and_rebuilds_on_a_new_layout() -> None:
