@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     ValidationError,
     field_validator,
     model_validator,
@@ -34,7 +35,7 @@ from gateway.signals.hub import SignalsConfig
 from gateway.state.config import StateConfig
 from gateway.tokenizer import check_tokenizer_paths
 from routing.errors import RoutingError
-from routing.policies import build_router
+from routing.policies import POLICIES, build_router
 from routing.types import BackendKind, BackendSpec
 
 Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "meridian", "unknown"]
@@ -286,7 +287,12 @@ class LimitsConfig(_Strict):
 
 
 class RoutingConfig(_Strict):
-    policy: str = "predicted_ttft"
+    policy: str = Field(
+        default="predicted_ttft",
+        description="The routing policy: predicted_ttft (Meridian's), or a baseline to compare "
+        "against. Its parameters go in 'params'.",
+        json_schema_extra={"enum": list[JsonValue](sorted(POLICIES))},  # build_router validates
+    )
     params: dict[str, Any] = Field(default_factory=dict)
     seed: int = 0
     prefix_sweep_interval_s: float = Field(
@@ -302,6 +308,11 @@ class RoutingConfig(_Strict):
 class GatewayConfig(_Strict):
     """The whole operator file."""
 
+    version: Literal[1] = Field(
+        default=1,
+        description="Format version of this file. 1 is the current format; a file without "
+        "'version' is read as 1 (docs/config-migration.md says what changes between versions).",
+    )
     region: str | None = Field(None, description="Region this gateway runs in.")
     listen: ListenConfig = ListenConfig()
     regions: list[RegionConfig] = Field(default_factory=list)
@@ -429,5 +440,16 @@ def load_config(path: str | Path) -> GatewayConfig:
     return parse_config(data, str(path))
 
 
+SCHEMA_ID = "urn:meridian:gateway-config:v1"
+
+
 def json_schema() -> dict[str, Any]:
-    return GatewayConfig.model_json_schema()
+    """The file format as JSON Schema (2020-12), for editors: ``# yaml-language-server:
+    $schema=...`` at the top of a config file points them at docs/config.schema.json."""
+    schema = GatewayConfig.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        **schema,
+        "title": "Meridian gateway configuration",
+    }

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config_warnings import config_warnings
 from gateway.observability.events import gateway_event
 from gateway.relay import Relay
 from gateway.relay_state import RelayState, build_state
@@ -76,6 +77,8 @@ class Reloader:
                     log.info("config reload (%s): %s unchanged", reason, self.path)
                     outcomes.labels("unchanged").inc()
                     return False
+                for warning in config_warnings(config):
+                    log.warning("config reload: %s: %s", self.path, warning)
                 state = build_state(
                     _keep_restart_only(self.relay.config, config), None, self.relay.state
                 )

@@ -10,6 +10,7 @@ import orjson
 
 from gateway.config import ConfigError, json_schema, load_config
 from gateway.config_secrets import unresolved_secrets
+from gateway.config_warnings import config_warnings
 
 
 def main(argv: list[str]) -> int:
@@ -39,6 +40,8 @@ def main(argv: list[str]) -> int:
         return 1
     for line in missing:
         print(f"not checked (--allow-missing-secrets): {line}", file=sys.stderr)
+    for warning in config_warnings(config):
+        print(f"{args.config}: warning: {warning}", file=sys.stderr)
     models = ", ".join(config.models())
     print(f"{args.config}: OK — {len(config.backends)} backends, models: {models}")
     return 0

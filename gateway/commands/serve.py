@@ -23,6 +23,7 @@ from aiohttp import web
 
 from gateway.app import RunningGateway, start_gateway
 from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config_warnings import config_warnings
 from gateway.drain import drain
 from gateway.observability import log_format
 from gateway.reload import Reloader
@@ -145,6 +146,8 @@ async def _serve(args: argparse.Namespace) -> int:
         role = _role(args)
         if role is not None:
             config = role.adjust(config)
+        for warning in config_warnings(config):
+            log.warning("%s: %s", args.config or "embedded config", warning)
         gateway = await _start(config, args.host, args.port, role)
         stack.push_async_callback(gateway.close)
         if role is not None:
