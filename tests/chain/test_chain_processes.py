@@ -20,6 +20,7 @@ import pytest
 from gateway.chain.hop_timing import breakdown, parts_sum_ms
 from gateway.grpc.client import inference_stub
 from gateway.timing import parse
+from loadtests.delay_proxy import DelayProxy
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.acceptance.harness import admin_of
 from tests.chain.chain_rig import (
@@ -34,7 +35,6 @@ from tests.chain.chain_rig import (
     start_emulator,
     wait_for_summary,
 )
-from tests.chain.delay_proxy import DelayProxy
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 import pytest
 
@@ -36,7 +36,18 @@ def tool(name: str) -> str:
     found = shutil.which(name, path=search)
     if found is not None:
         return found
-    message = f"{name} not found: `make test` installs it (scripts/install_deploy_tools.sh)"
+    missing(name)
+
+
+def installed(path: Path) -> Path:
+    """A file the tools install puts in place (a schema, the tools venv's python)."""
+    if not path.exists():
+        missing(str(path))
+    return path
+
+
+def missing(what: str) -> NoReturn:
+    message = f"{what} not found: `make test` installs it (scripts/install_deploy_tools.sh)"
     if os.environ.get("MERIDIAN_DEPLOY_TOOLS") == "required":
         pytest.fail(message)
     pytest.skip(message)

@@ -3,12 +3,20 @@
 Every chunk is forwarded ``rtt_ms / 2`` after it arrived, in order, so a request and its answer
 cross it in one round trip. The upstream address may be set after the proxy listens, which lets
 two gateways be configured to point at each other before either has started.
+
+Standalone (the compose topology in deploy/docker/compose.yaml puts one between each pair of
+regional gateways)::
+
+    python -m loadtests.delay_proxy --listen 0.0.0.0:9000 --upstream gw-eu-west:8080 --rtt-ms 80
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import signal
+import sys
 from dataclasses import dataclass, field
 
 
@@ -29,8 +37,8 @@ class DelayProxy:
         host, _, port = url.removeprefix("http://").rstrip("/").partition(":")
         self.upstream = (host, int(port))
 
-    async def start(self) -> DelayProxy:
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> DelayProxy:
+        self.server = await asyncio.start_server(self._accept, host, port)
         return self
 
     async def close(self) -> None:
@@ -85,3 +93,38 @@ class DelayProxy:
             await sender
         finally:
             sender.cancel()
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+async def _serve(listen: tuple[str, int], upstream: tuple[str, int], rtt_ms: float) -> None:
+    proxy = await DelayProxy(rtt_ms, upstream).start(*listen)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    assert proxy.server is not None
+    bound = proxy.server.sockets[0].getsockname()
+    print(f"delay proxy {bound[0]}:{bound[1]} -> {upstream[0]}:{upstream[1]} (+{rtt_ms} ms)")
+    sys.stdout.flush()
+    await stop.wait()
+    await proxy.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.delay_proxy", description=__doc__)
+    parser.add_argument("--listen", type=_address, default=("127.0.0.1", 0), help="HOST:PORT")
+    parser.add_argument("--upstream", type=_address, required=True, help="HOST:PORT")
+    parser.add_argument("--rtt-ms", type=float, required=True, help="round trip to add")
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(args.listen, args.upstream, args.rtt_ms))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
