@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from gateway.doors.wire import DoorWire, StreamCodec
+from gateway.doors.wire import DoorWire, StreamCodec, public_model_renamer
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest
 from gateway.stream import OpenedStream
@@ -30,7 +30,7 @@ class ResponsesWire(DoorWire):
         return error_event(error)
 
     def codec(self, inbound: InboundRequest, opened: OpenedStream) -> StreamCodec:
-        return ResponsesCodec()
+        return ResponsesCodec(public_model_renamer(inbound, opened))
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:

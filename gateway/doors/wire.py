@@ -4,8 +4,10 @@ other doors override what differs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import orjson
 from aiohttp import web
 
 from gateway.errors import ApiError
@@ -16,11 +18,43 @@ if TYPE_CHECKING:
     from gateway.stream import OpenedStream
 
 
+Rename = Callable[[bytes], bytes]
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+def public_model_renamer(inbound: InboundRequest, opened: OpenedStream) -> Rename:
+    """Responses name the model as the client did, not by the backend's own id (a llama-server
+    ``.gguf`` path is nobody's business): the JSON ``"model"`` string is replaced in place."""
+    state = opened.state
+    if state is None:
+        return _same
+    upstream = state.known_models.upstream_id(opened.route.backend, inbound.model)
+    shown = inbound.client_model or inbound.model
+    if upstream == shown:
+        return _same
+    old, new = orjson.dumps(upstream), orjson.dumps(shown)
+    pairs = [(b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new)]
+
+    def rename(data: bytes) -> bytes:
+        for before, after in pairs:
+            data = data.replace(before, after)
+        return data
+
+    return rename
+
+
 class StreamCodec:
-    """One stream's events for the client: upstream events as they came."""
+    """One stream's events for the client: upstream events as they came (the model named as
+    the client named it)."""
+
+    def __init__(self, rename: Rename = _same) -> None:
+        self.rename = rename
 
     def encode(self, event: SseEvent) -> bytes:
-        return event.raw
+        return self.rename(event.raw)
 
     def error_event(self, error: ApiError) -> bytes:
         """A failure after the stream started, as this door's error event."""
@@ -38,10 +72,10 @@ class DoorWire:
         return error.sse_event()
 
     def whole_body(self, inbound: InboundRequest, opened: OpenedStream, body: bytes) -> bytes:
-        return body
+        return public_model_renamer(inbound, opened)(body)
 
     def codec(self, inbound: InboundRequest, opened: OpenedStream) -> StreamCodec:
-        return StreamCodec()
+        return StreamCodec(public_model_renamer(inbound, opened))
 
 
 OPENAI_WIRE = DoorWire()

@@ -54,10 +54,13 @@ async def test_streaming_and_not_reach_the_backend_by_its_own_id(
     stream = await client.chat.completions.create(
         model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True
     )
-    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     whole = await client.completions.create(model=name, prompt="Once", max_tokens=2)
     await client.close()
     assert text and whole.choices[0].text
+    # answers name the model as the client did, never by the backend's file path
+    assert {c.model for c in chunks} == {name} and whole.model == name
     # metrics count the public name, never the alias or the backend's path
     registry = running.app[METRICS].registry
     samples = [

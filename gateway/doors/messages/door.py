@@ -10,7 +10,7 @@ from aiohttp import web
 
 from gateway.doors.grammar import MESSAGES
 from gateway.doors.messages.translate import ChatToMessages, event, message_from_chat
-from gateway.doors.wire import DoorWire, StreamCodec
+from gateway.doors.wire import DoorWire, StreamCodec, public_model_renamer
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest
 from gateway.stream import OpenedStream
@@ -46,6 +46,7 @@ class NativeCodec(StreamCodec):
 
 class TranslatingCodec(NativeCodec):
     def __init__(self, translator: ChatToMessages) -> None:
+        super().__init__()
         self.translator = translator
 
     def encode(self, sse: Any) -> bytes:
@@ -63,14 +64,14 @@ class MessagesWire(DoorWire):
 
     def whole_body(self, inbound: InboundRequest, opened: OpenedStream, body: bytes) -> bytes:
         if opened.grammar is MESSAGES:
-            return body
+            return public_model_renamer(inbound, opened)(body)
         return message_from_chat(
             body, inbound.client_model or inbound.model, _stop_sequences(inbound)
         )
 
     def codec(self, inbound: InboundRequest, opened: OpenedStream) -> StreamCodec:
         if opened.grammar is MESSAGES:
-            return NativeCodec()
+            return NativeCodec(public_model_renamer(inbound, opened))
         model = inbound.client_model or inbound.model
         return TranslatingCodec(ChatToMessages(model, _stop_sequences(inbound)))
 
