@@ -168,7 +168,7 @@ async def start_gateway(
     if admin_port != 0 and admin_port == actual_port:
         await runner.cleanup()
         raise ConfigError(f"admin.port {admin_port} is the public listener's port")
-    admin_site = web.TCPSite(runner, admin.host, admin_port)
+    admin_site = web.TCPSite(runner, admin.host, admin_port, reuse_port=reuse_port)
     try:
         await admin_site.start()
     except BaseException:

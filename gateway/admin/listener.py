@@ -18,10 +18,11 @@ _BOTH = frozenset({"/healthz", "/readyz", "/v1/meridian/route", "/v1/meridian/su
 
 @dataclass
 class AdminListener:
-    """Admin-only path prefixes, and the local ports the admin listener is bound to."""
+    """Admin-only path prefixes, and the local ports the admin listener is bound to (or the
+    Unix socket paths: a worker of ``--workers N`` serves its peers on one)."""
 
     prefixes: set[str] = field(default_factory=set)
-    ports: set[int] = field(default_factory=set)
+    ports: set[int | str] = field(default_factory=set)
 
     def is_admin_path(self, path: str) -> bool:
         if path in self.prefixes:
@@ -45,11 +46,13 @@ def admin_only(app: web.Application, path: str) -> None:
     app[ADMIN].prefixes.add(path.rstrip("/") or "/")
 
 
-def _local_port(request: web.Request) -> int | None:
+def _local_port(request: web.Request) -> int | str | None:
     transport = request.transport
     if transport is None:
         return None
     sockname = transport.get_extra_info("sockname")
+    if isinstance(sockname, str) and sockname:  # a Unix socket: its path
+        return sockname
     if isinstance(sockname, tuple) and len(sockname) >= 2:
         return int(sockname[1])
     return None

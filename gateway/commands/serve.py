@@ -69,7 +69,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "the CPUs this process may use (1 without --config: the embedded fleet is in-process)",
     )
     # Set by the supervisor of --workers N on each worker it starts; not for operators.
-    for flag in ("--worker-index", "--worker-count"):
+    for flag in ("--worker-index", "--worker-count", "--admin-port"):
         parser.add_argument(flag, type=int, help=argparse.SUPPRESS)
     for flag in ("--runtime-dir", "--state-socket"):
         parser.add_argument(flag, help=argparse.SUPPRESS)
@@ -102,7 +102,9 @@ async def _drain(gateway: RunningGateway, stop_now: asyncio.Event) -> None:
 def _role(args: argparse.Namespace) -> WorkerRole | None:
     if args.worker_index is None:
         return None
-    return WorkerRole(args.worker_index, args.worker_count, args.runtime_dir, args.state_socket)
+    return WorkerRole(
+        args.worker_index, args.worker_count, args.runtime_dir, args.state_socket, args.admin_port
+    )
 
 
 def _worker_count(args: argparse.Namespace) -> int:

@@ -42,12 +42,14 @@ class WorkerPlan:
     runtime_dir: str
     log_level: str
     state_socket: str | None  # the host store's socket (None: the config's Redis)
+    admin_host: str
+    admin_port: int
 
     def argv(self, index: int) -> list[str]:
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", self.config_path]
         argv += ["--host", self.host, "--port", str(self.port), "--log-level", self.log_level]
         argv += ["--worker-index", str(index), "--worker-count", str(self.count)]
-        argv += ["--runtime-dir", self.runtime_dir]
+        argv += ["--runtime-dir", self.runtime_dir, "--admin-port", str(self.admin_port)]
         if self.state_socket is not None:
             argv += ["--state-socket", self.state_socket]
         return argv
@@ -96,6 +98,12 @@ async def supervise(config: GatewayConfig, plan_args: dict[str, object]) -> int:
     host, port = str(plan_args["host"]), int(str(plan_args["port"]))
     runtime = tempfile.mkdtemp(prefix="meridian-workers-")
     reserved = reserve_port(host, port)
+    admin_host = config.admin.host
+    try:  # the admin listener's port is shared by the workers the same way
+        admin = reserve_port(admin_host, config.admin.port_for(port))
+    except BaseException:
+        reserved.close()
+        raise
     store: HostStateServer | None = None
     try:
         socket_path = None
@@ -111,10 +119,13 @@ async def supervise(config: GatewayConfig, plan_args: dict[str, object]) -> int:
             runtime_dir=runtime,
             log_level=str(plan_args["log_level"]),
             state_socket=socket_path,
+            admin_host=admin_host,
+            admin_port=admin.getsockname()[1],
         )
         return await _run(plan)
     finally:
         reserved.close()
+        admin.close()
         if store is not None:
             await store.close()
         shutil.rmtree(runtime, ignore_errors=True)
@@ -140,5 +151,6 @@ async def _run(plan: WorkerPlan) -> int:
         raise
     log.info("%d workers listening on %s:%d", plan.count, plan.host, plan.port)
     print(f"meridian listening on http://{plan.host}:{plan.port}", flush=True)
+    print(f"meridian admin on http://{plan.admin_host}:{plan.admin_port}", flush=True)
     await asyncio.gather(*(workers.watch(i) for i in range(plan.count)))
     return workers.exit_code

@@ -8,6 +8,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import generate_latest
 
+from gateway.admin import ADMIN
 from gateway.app import RunningGateway
 from gateway.config import GatewayConfig
 from gateway.state_keys import METRICS
@@ -20,6 +21,7 @@ class WorkerRole:
     count: int
     runtime_dir: str
     state_socket: str | None  # the supervisor's host store; None: the config's own store
+    admin_port: int | None = None  # the admin port the supervisor reserved for every worker
 
     def socket(self, index: int) -> str:
         return str(Path(self.runtime_dir) / f"worker-{index}.sock")
@@ -27,12 +29,14 @@ class WorkerRole:
     def adjust(self, config: GatewayConfig) -> GatewayConfig:
         """The config as this worker runs it: state in the host store when the file keeps it
         in memory (applied to every reload too, so a reload never sees a 'state' change)."""
-        if self.state_socket is None or config.state.backend != "memory":
-            return config
-        state = config.state.model_copy(
-            update={"backend": "host", "url": f"unix://{self.state_socket}"}
-        )
-        return config.model_copy(update={"state": state})
+        update: dict[str, object] = {}
+        if self.admin_port is not None:
+            update["admin"] = config.admin.model_copy(update={"port": self.admin_port})
+        if self.state_socket is not None and config.state.backend == "memory":
+            update["state"] = config.state.model_copy(
+                update={"backend": "host", "url": f"unix://{self.state_socket}"}
+            )
+        return config.model_copy(update=update) if update else config
 
     def prepare(self, app: web.Application) -> None:
         """Before the app starts: ``/metrics`` answers for every worker of the host."""
@@ -43,6 +47,9 @@ class WorkerRole:
         )
 
     async def listen_privately(self, gateway: RunningGateway) -> None:
-        """This worker's own Unix socket, where its peers fetch its metrics."""
-        site = web.UnixSite(gateway.runner, self.socket(self.index))
+        """This worker's own Unix socket, where its peers fetch its metrics: an admin listener
+        (in a directory only this user can enter)."""
+        path = self.socket(self.index)
+        gateway.app[ADMIN].ports.add(path)
+        site = web.UnixSite(gateway.runner, path)
         await site.start()

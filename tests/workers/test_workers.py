@@ -45,16 +45,25 @@ async def _wait_for(check: Callable[[], Awaitable[bool]], within_s: float = 60.0
 
 
 class Served:
-    def __init__(self, process: asyncio.subprocess.Process, url: str, config: Path) -> None:
-        self.process, self.url, self.config = process, url, config
+    def __init__(
+        self, process: asyncio.subprocess.Process, url: str, admin_url: str, config: Path
+    ) -> None:
+        self.process, self.url, self.admin_url, self.config = process, url, admin_url, config
 
     async def get_json(self, path: str) -> Any:
-        async with aiohttp.ClientSession() as session, session.get(self.url + path) as response:
+        """From the admin listener (state, metrics), which every worker binds too."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self.admin_url + path) as response,
+        ):
             assert response.status == 200
             return await response.json()
 
     async def metrics(self) -> str:
-        async with aiohttp.ClientSession() as session, session.get(self.url + "/metrics") as r:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self.admin_url + "/metrics") as r,
+        ):
             assert r.status == 200
             return await r.text()
 
@@ -101,7 +110,9 @@ async def _serve(tmp_path: Path, backend_url: str, workers: int = 2) -> AsyncIte
         assert process.stdout is not None
         line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
         assert line.startswith("meridian listening on "), line
-        yield Served(process, line.split()[-1], path)
+        admin = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert admin.startswith("meridian admin on "), admin
+        yield Served(process, line.split()[-1], admin.split()[-1], path)
     finally:
         if process.returncode is None:
             process.terminate()
