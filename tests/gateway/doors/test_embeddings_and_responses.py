@@ -108,3 +108,23 @@ async def test_no_backend_with_the_api_is_a_clear_error(
         assert isinstance(error.body, dict) and error.body.get("code") == "endpoint_not_served"
     await client.close()
     assert plain.stats.requests == 0
+
+
+async def test_responses_retry_before_the_first_event(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    broken = await emulator("b1", faults=FaultConfig(unavailable_rate=1.0))
+    good = await emulator("b2")
+    running = await gateway(
+        config_with_apis({"b1": (broken.url, ["responses"]), "b2": (good.url, ["responses"])})
+    )
+    client = openai.AsyncOpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
+    for _ in range(2):  # round robin starts on either: b1's 503 fails over to b2 unseen
+        stream = await client.responses.with_raw_response.create(
+            model=MODEL, input="hi", max_output_tokens=3, stream=True
+        )
+        assert "backend=b2" in stream.headers["x-meridian-route"]
+        kinds = [event.type async for event in stream.parse()]
+        assert kinds[-1] in ("response.completed", "response.incomplete")
+    await client.close()
+    assert broken.stats.requests >= 1
