@@ -9,16 +9,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from loadtests.sim import replay_cli
 from loadtests.sim.loop import REJECT_SUFFIX, simulate
 from loadtests.sim.markdown import results_page, source_revision
 from loadtests.sim.path_events import reactions
 from loadtests.sim.plots import load_bars, ttft_cdf
+from loadtests.sim.replay_trace import ReplayTrace
 from loadtests.sim.report import comparison_lines, table, write_json
 from loadtests.sim.results import PolicyRun
 from loadtests.sim.scenario import ScenarioError, load_scenario
 from loadtests.sim.slo_summary import slo_report
 from loadtests.sim.summary import Summary, compare, summarize
-from loadtests.sim.trace import build_trace
+from loadtests.sim.trace import Trace, build_trace
 from routing.policies import POLICIES, SIMULATION_ONLY
 
 DEFAULT_POLICIES = ("predicted_ttft", *sorted(set(POLICIES) - {"predicted_ttft"}), *SIMULATION_ONLY)
@@ -28,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meridian sim", description="replay one seeded trace per routing policy"
     )
-    parser.add_argument("scenario", type=Path, help="scenario YAML (loadtests/scenarios/)")
+    parser.add_argument(
+        "scenario", type=Path, nargs="?", help="scenario YAML (loadtests/scenarios/)"
+    )
     parser.add_argument(
         "--policies",
         default=",".join(DEFAULT_POLICIES),
@@ -45,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--revision", default=None, help="code revision for --markdown (default: from git)"
     )
+    replay_cli.add_arguments(parser)
     return parser
 
 
@@ -80,12 +85,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.requests is not None and args.requests < 1:
         print("--requests: must be >= 1", file=sys.stderr)
         return 2
-    scenario = load_scenario(args.scenario)
-    if isinstance(scenario, ScenarioError):
-        print(scenario.message, file=sys.stderr)
+    if (args.scenario is None) == (args.replay is None):
+        print("give a scenario file or --replay FILE (one of them)", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    trace = build_trace(scenario, args.requests)
+    recorded_policy: str | None = None
+    trace: Trace
+    if args.replay is not None:
+        replayed = replay_cli.load(args)
+        if isinstance(replayed, str):
+            print(replayed, file=sys.stderr)
+            return 2
+        scenario, trace, recorded_policy = replayed
+    else:
+        loaded = load_scenario(args.scenario)
+        if isinstance(loaded, ScenarioError):
+            print(loaded.message, file=sys.stderr)
+            return 2
+        scenario = loaded
+        trace = build_trace(scenario, args.requests)
     trace_s = time.perf_counter() - started
     backends = sum(group.count for group in scenario.backends)
     print(
@@ -118,6 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if slo is not None:
         print("\nobjectives, deadlines and spend (definitions: loadtests/sim/slo_summary.py)")
         print(slo[0])
+    extra = "" if slo is None else slo[0]
+    if isinstance(trace, ReplayTrace):
+        versus = replay_cli.recorded_versus(trace.file, scenario, summaries, recorded_policy)
+        print("\n" + versus)
+        extra = versus + ("\n\n" + extra if extra else "")
     out = args.out or Path("loadtests/results") / f"sim-{scenario.name}"
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, object] = {
@@ -139,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = _reproduce_command(list(argv) if argv is not None else sys.argv[1:])
         page = results_page(
             scenario.name, scenario.description, command, meta, summaries, comparison,
-            args.revision or source_revision(), "" if slo is None else slo[0],
+            args.revision or source_revision(), extra,
         )  # fmt: skip
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(page)

@@ -117,16 +117,15 @@ class Simulation:
         self.results.arrived_at[i] = now
         gateway = self.signals.gateways[request.gateway]
         hashes = request.hashes
-        workload = self.scenario.workloads[request.workload]
-        deadline = workload.deadline_ms
+        deadline = request.deadline_ms
         profile = RequestProfile(
             model=self.scenario.model, tenant=request.tenant, origin=request.origin,
             prompt_tokens=request.prompt_tokens, prefix_hashes=hashes,
             max_tokens=request.max_tokens, latency_class=request.latency_class,
-            ttft_objective_ms=workload.ttft_objective_ms,
+            ttft_objective_ms=request.ttft_objective_ms,
             deadline_s=None if deadline is None else deadline / 1000.0,
         )  # fmt: skip
-        self.results.objectives(i, workload.ttft_objective_ms, deadline)
+        self.results.objectives(i, request.ttft_objective_ms, deadline)
         decision = self.routers[request.gateway].decide(profile, gateway.snapshot, now)
         chosen = decision.chosen
         if chosen is None:

@@ -45,6 +45,8 @@ class TraceRequest:
     suffix_hashes: tuple[int, ...]  # the rest of this request's chain
     max_tokens: int
     latency_class: LatencyClass
+    ttft_objective_ms: float | None = None  # p90 TTFT objective (docs/slo.md)
+    deadline_ms: float | None = None  # first-token deadline (early rejection)
 
     @property
     def long_form(self) -> bool:
@@ -119,9 +121,11 @@ class Trace:
             sampler = samplers[names[bisect.bisect(cum, rng.random() * cum[-1])]]
             tenant, tokens, shared, own, output = sampler.sample(rng)
             gateways = by_region.get(region) or [0]
+            workload = sampler.workload
             yield TraceRequest(
                 i, t, region, gateways[rng.randrange(len(gateways))], sampler.name, tenant,
-                tokens, shared, own, output, sampler.workload.latency_class,
+                tokens, shared, own, output, workload.latency_class,
+                workload.ttft_objective_ms, workload.deadline_ms,
             )  # fmt: skip
 
 

@@ -1,0 +1,171 @@
+"""Does a replay reproduce what really happened? Record a ``meridian bench`` run against the
+emulated three-region fleet, replay its ``requests.csv`` through the simulator, compare.
+
+    python -m loadtests.bench_replay [--policy predicted_ttft] [--rate 8] [--duration 40]
+                                     [--out DIR] [--trace-out FILE]
+
+Three processes as ``loadtests.bench_fleet`` runs them (``meridian emulate
+loadtests/fleets/three-region.yaml --from-region us-east``, ``meridian serve`` in front of it
+with ``routing.policy = --policy`` and the prices below, the load generator driving
+``loadtests/workloads/chat-shared-prefix.yaml`` open-loop). Its ``requests.csv`` becomes a
+``meridian-trace`` (prefix hashes regenerated from the workload's seed), which is replayed on
+the same fleet file under the recorded policy and, for the operator question of docs/slo.md,
+under round_robin, predicted_ttft and slo_cost (``--objective-ms``). Reported: the recorded
+and replayed per-backend split (the goal: within 5 percentage points), TTFT p50 (within 15%)
+and p99, and spend at the prices below. JSON in ``loadtests/results/bench_replay.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from numpy import percentile
+
+from loadtests.bench.output import write_requests_csv
+from loadtests.bench.runner import BenchOptions, run_bench
+from loadtests.bench.workload import load_workload, with_overrides
+from loadtests.bench_fleet import FLEET, WORKLOAD, emulated_fleet, gateway_config
+from loadtests.processes import gateway
+from loadtests.results_file import write_results
+from loadtests.sim.loop import simulate
+from loadtests.sim.replay_cli import recorded_spend
+from loadtests.sim.replay_fleet import replay_fleet
+from loadtests.sim.replay_import import from_bench_csv
+from loadtests.sim.replay_trace import ReplayTrace, write_trace
+from loadtests.sim.summary import summarize
+
+# Per million tokens: premium GPUs next to the gateway, cheaper ones further away, serverless
+# at a per-token premium in each region.
+PRICES: dict[str, dict[str, float]] = {
+    "us-east-dedicated": {"prompt_per_mtok": 3.0, "cached_prompt_per_mtok": 0.3,
+                          "completion_per_mtok": 15.0},
+    "us-east-serverless": {"prompt_per_mtok": 4.0, "completion_per_mtok": 20.0},
+    "eu-west-dedicated": {"prompt_per_mtok": 1.5, "cached_prompt_per_mtok": 0.15,
+                          "completion_per_mtok": 6.0},
+    "eu-west-serverless": {"prompt_per_mtok": 2.0, "completion_per_mtok": 8.0},
+    "ap-southeast-dedicated": {"prompt_per_mtok": 0.8, "cached_prompt_per_mtok": 0.08,
+                               "completion_per_mtok": 3.0},
+    "ap-southeast-serverless": {"prompt_per_mtok": 1.0, "completion_per_mtok": 4.0},
+}  # fmt: skip
+
+
+def operator_config(backends: list[dict[str, Any]], policy: str) -> dict[str, Any]:
+    config = gateway_config(backends)
+    for backend in config["backends"]:
+        backend["price"] = PRICES[backend["name"]]
+    config["routing"] = {"policy": policy}
+    return config
+
+
+async def record(policy: str, rate: float, duration_s: float, csv_path: Path) -> dict[str, Any]:
+    async with emulated_fleet() as backends:
+        config = operator_config(backends, policy)
+        async with gateway(config) as (url, _):
+            workload = with_overrides(
+                load_workload(WORKLOAD), mode="open", rate=rate, duration_s=duration_s,
+                requests=None, model=backends[0]["models"][0],
+            )  # fmt: skip
+            result = await run_bench(url, workload, BenchOptions())
+    write_requests_csv(result.records, csv_path)
+    return config
+
+
+def replay(
+    csv_path: Path,
+    config: dict[str, Any],
+    policies: list[str],
+    objective_ms: float,
+    trace_out: Path,
+) -> dict[str, Any]:
+    recorded = from_bench_csv(csv_path, WORKLOAD)
+    write_trace(trace_out, recorded)  # as recorded: no objective
+    recorded = dataclasses.replace(
+        recorded,
+        lines=tuple(
+            dataclasses.replace(line, ttft_objective_ms=objective_ms) for line in recorded.lines
+        ),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        config_path = Path(tmp) / "gateway.yaml"
+        stripped = {
+            **config,
+            "backends": [{**b, "url": "http://127.0.0.1:1/v1"} for b in config["backends"]],
+        }
+        config_path.write_text(yaml.safe_dump(stripped))
+        span = recorded.lines[-1].t_s - recorded.lines[0].t_s
+        fleet = replay_fleet(FLEET, config_path, None, span)
+    assert not isinstance(fleet, str), fleet
+    trace = ReplayTrace(recorded, fleet.scenario.regions, fleet.gateway_region)
+    rows = {}
+    for policy in policies:
+        rows[policy] = summarize(simulate(fleet.scenario, trace, policy), trace)
+    got = [line.recorded for line in recorded.lines if line.recorded is not None]
+    names = [g.name for g in fleet.scenario.backends]
+    counts = {n: sum(1 for r in got if r.backend == n) for n in names}
+    total = max(sum(counts.values()), 1)
+    ttfts = sorted(r.ttft_ms for r in got if r.ttft_ms is not None)
+    out: dict[str, Any] = {
+        "requests": len(recorded.lines),
+        "recorded": {
+            "split": {n: counts[n] / total for n in names},
+            "ttft_p50_ms": float(percentile(ttfts, 50)),
+            "ttft_p99_ms": float(percentile(ttfts, 99)),
+        },
+        "replays": {},
+    }
+    out["recorded"]["spend"] = recorded_spend(recorded, fleet.scenario)
+    for policy, s in rows.items():
+        served = max(sum(s.per_backend_requests.values()), 1)
+        split = {n: s.per_backend_requests.get(n, 0) / served for n in names}
+        out["replays"][policy] = {
+            "split": split,
+            "split_max_diff_pp": 100
+            * max(abs(split[n] - out["recorded"]["split"][n]) for n in names),
+            "ttft_p50_ms": s.ttft_p50_ms,
+            "ttft_p50_ratio": s.ttft_p50_ms / out["recorded"]["ttft_p50_ms"],
+            "ttft_p99_ms": s.ttft_p99_ms,
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_replay", description=__doc__)
+    parser.add_argument("--policy", default="predicted_ttft", help="the recording gateway's")
+    parser.add_argument("--rate", type=float, default=8.0, help="sessions per second")
+    parser.add_argument("--duration", type=float, default=40.0, help="seconds of load")
+    parser.add_argument("--objective-ms", type=float, default=1000.0, help="for slo_cost")
+    parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
+    parser.add_argument("--trace-out", type=Path, default=None, help="keep the trace here")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    csv_path = args.out / f"bench_replay-{args.policy}-requests.csv"
+    config = asyncio.run(record(args.policy, args.rate, args.duration, csv_path))
+    trace_out = args.trace_out or args.out / f"bench_replay-{args.policy}.trace.jsonl"
+    policies = list(dict.fromkeys([args.policy, "round_robin", "predicted_ttft", "slo_cost"]))
+    doc = replay(csv_path, config, policies, args.objective_ms, trace_out)
+    doc.update(policy=args.policy, rate=args.rate, duration_s=args.duration)
+    rec = doc["recorded"]
+    print(
+        f"recorded under {args.policy}: {doc['requests']} requests, TTFT p50 {rec['ttft_p50_ms']:.0f} ms, "
+        f"p99 {rec['ttft_p99_ms']:.0f} ms, spend {rec['spend']:.4f}"
+    )
+    print("  split " + ", ".join(f"{n} {v:.1%}" for n, v in rec["split"].items()))
+    for policy, r in doc["replays"].items():
+        print(
+            f"replay {policy:<15} split off by <= {r['split_max_diff_pp']:.1f} pp, TTFT p50 "
+            f"{r['ttft_p50_ms']:.0f} ms ({r['ttft_p50_ratio']:.2f}x), p99 {r['ttft_p99_ms']:.0f} ms"
+        )
+    path = write_results(args.out, f"bench_replay-{args.policy}", orjson.loads(orjson.dumps(doc)))
+    print(f"wrote {path} and {trace_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""``meridian sim --replay FILE --fleet FLEET.yaml [--config GATEWAY.yaml] [--workload W.yaml]``:
+a recorded trace through every selected policy, with the synthetic scenarios' tables and plots,
+and the recorded outcome beside the replays (per-backend split, TTFT p50 / p99, spend).
+
+FILE is a ``meridian-trace`` v1 file (``loadtests/sim/replay_trace.py``), a ``meridian bench``
+``requests.csv`` (``--workload``: the workload file of that run, for prefix hashes), or a
+Meridian request log in JSON format. ``--save-trace OUT`` writes what was read as a trace file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from loadtests.sim.replay_fleet import replay_fleet
+from loadtests.sim.replay_import import load_any
+from loadtests.sim.replay_trace import ReplayTrace, TraceFile, TraceFormatError, write_trace
+from loadtests.sim.scenario import Scenario
+from loadtests.sim.summary import Summary
+from routing.price import Price
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    replay = parser.add_argument_group("replay a recorded trace (instead of a scenario)")
+    replay.add_argument("--replay", type=Path, help="trace, bench requests.csv or request log")
+    replay.add_argument("--fleet", type=Path, help="fleet file (loadtests/fleets/) to replay on")
+    replay.add_argument("--config", type=Path, help="gateway config: region, prices, params")
+    replay.add_argument("--workload", type=Path, help="the bench run's workload (prefix hashes)")
+    replay.add_argument("--gateway-region", help="where the recording gateway ran")
+    replay.add_argument("--save-trace", type=Path, help="write the trace read as meridian-trace")
+    replay.add_argument(
+        "--objective-ms", type=float, help="p90 TTFT objective of requests that carry none"
+    )
+
+
+def load(args: argparse.Namespace) -> tuple[Scenario, ReplayTrace, str | None] | str:
+    """(scenario, trace, the policy the trace was recorded under) or an error message."""
+    if args.fleet is None:
+        return "--replay needs --fleet (the fleet file to replay on)"
+    try:
+        recorded = load_any(args.replay, args.workload)
+    except TraceFormatError as exc:
+        return str(exc)
+    if not recorded.lines:
+        return f"{args.replay}: no request to replay"
+    if args.objective_ms is not None:
+        lines = tuple(
+            line if line.ttft_objective_ms is not None
+            else dataclasses.replace(line, ttft_objective_ms=args.objective_ms)
+            for line in recorded.lines
+        )  # fmt: skip
+        recorded = dataclasses.replace(recorded, lines=lines)
+    span = recorded.lines[-1].t_s - recorded.lines[0].t_s
+    fleet = replay_fleet(args.fleet, args.config, args.gateway_region, span)
+    if isinstance(fleet, str):
+        return fleet
+    if args.save_trace is not None:
+        write_trace(args.save_trace, recorded)
+    trace = ReplayTrace(recorded, fleet.scenario.regions, fleet.gateway_region)
+    return fleet.scenario, trace, fleet.recorded_policy
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def recorded_spend(trace: TraceFile, scenario: Scenario) -> float:
+    prices: dict[str, Price] = {
+        g.name: g.price.price() for g in scenario.backends if g.price is not None
+    }
+    total = 0.0
+    for line in trace.lines:
+        r = line.recorded
+        price = None if r is None or r.backend is None else prices.get(r.backend)
+        if price is not None and r is not None:
+            cached = min(r.cached_tokens or 0, line.prompt_tokens)
+            total += price.tokens_cost(line.prompt_tokens - cached, cached, line.output_tokens)
+    return total
+
+
+def recorded_versus(
+    trace: TraceFile, scenario: Scenario, summaries: Sequence[Summary], policy: str | None
+) -> str:
+    """The recording's own split, TTFT and spend beside each replay's, with the differences."""
+    recorded = [line.recorded for line in trace.lines if line.recorded is not None]
+    ttfts = [r.ttft_ms for r in recorded if r.ttft_ms is not None]
+    if not recorded or not ttfts:
+        return "the trace records no outcomes to compare with"
+    names = [group.name for group in scenario.backends]
+    counts = {name: sum(1 for r in recorded if r.backend == name) for name in names}
+    total = max(sum(counts.values()), 1)
+    split = {name: counts[name] / total for name in names}
+    p50, p99 = _percentile(ttfts, 50), _percentile(ttfts, 99)
+    lines = [
+        f"recorded{'' if policy is None else f' (under {policy})'}: TTFT p50 {p50:.0f} ms, "
+        f"p99 {p99:.0f} ms, spend {recorded_spend(trace, scenario):.4f}; split "
+        + ", ".join(f"{name} {share:.1%}" for name, share in split.items())
+    ]
+    for s in summaries:
+        served = max(sum(s.per_backend_requests.values()), 1)
+        worst = max(
+            abs(s.per_backend_requests.get(name, 0) / served - split[name]) for name in names
+        )
+        ratio = s.ttft_p50_ms / p50 if p50 else float("nan")
+        lines.append(
+            f"  replay {s.policy:<22} split off by at most {100 * worst:.1f} pp, "
+            f"TTFT p50 {s.ttft_p50_ms:.0f} ms ({ratio:.2f}x recorded), p99 {s.ttft_p99_ms:.0f} ms"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The fleet a recorded trace is replayed on: a fleet file (``loadtests/fleets``, the one
+``meridian emulate`` runs) for the engines, regions and round trips, plus optionally the
+operator's gateway config for what only it knows: the gateway's region, backend prices and the
+routing parameters of its policy.
+
+A backend's ``rtt_ms`` override in the fleet file is not modelled (the region matrix is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.config import GatewayConfig, load_config
+from gateway.pricing import PriceConfig
+from loadtests.emulator.fleet import FleetError, load_fleet
+from loadtests.sim.scenario import Scenario, ScenarioError, parse_scenario
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayFleet:
+    scenario: Scenario
+    gateway_region: str
+    recorded_policy: str | None  # the config's routing policy: what the trace was served by
+
+
+def _prices(config: GatewayConfig | None) -> Mapping[str, PriceConfig]:
+    if config is None:
+        return {}
+    return {b.name: b.price for b in config.backends if b.price is not None}
+
+
+def replay_fleet(
+    fleet_path: Path, config_path: Path | None, gateway_region: str | None, span_s: float
+) -> ReplayFleet | str:
+    """The replay's scenario, or an error message naming the file."""
+    fleet = load_fleet(fleet_path)
+    if isinstance(fleet, FleetError):
+        return fleet.message
+    config = load_config(config_path) if config_path is not None else None
+    region = gateway_region or (config.region if config is not None else None) or fleet.regions[0]
+    if region not in fleet.regions:
+        return f"{fleet_path}: the gateway region {region!r} is not in its regions"
+    prices = _prices(config)
+    backends: list[dict[str, Any]] = []
+    for entry in fleet.backend_configs(region):
+        group: dict[str, Any] = {
+            "name": entry.name, "region": entry.region, "kind": entry.kind.value,
+            "engine": entry.engine.model_dump(),
+        }  # fmt: skip
+        if entry.name in prices:
+            group["price"] = prices[entry.name].model_dump()
+        backends.append(group)
+    policy_params: dict[str, Any] = {}
+    if config is not None:
+        policy_params[config.routing.policy] = dict(config.routing.params)
+    raw = {
+        "name": f"replay-{fleet.name}",
+        "description": f"replay on {fleet_path.name}",
+        "duration_s": max(span_s, 1.0),
+        "model": fleet.defaults.models[0],
+        "regions": list(fleet.regions),
+        "rtt_ms": {a: dict(row) for a, row in fleet.rtt_ms.items()},
+        "intra_region_rtt_ms": fleet.intra_region_rtt_ms,
+        "gateways": {region: 1},
+        "backends": backends,
+        "clients": {"replay": {"region": region, "rate_rps": 1.0}},  # unused: arrivals are given
+        "workloads": {"replay": {}},
+        "policy_params": policy_params,
+    }
+    scenario = parse_scenario(raw, str(fleet_path))
+    if isinstance(scenario, ScenarioError):
+        return scenario.message
+    return ReplayFleet(scenario, region, None if config is None else config.routing.policy)
