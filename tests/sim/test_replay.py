@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
@@ -12,6 +13,7 @@ from loadtests.bench.plan import Planner, request_body
 from loadtests.bench.records import RequestRecord
 from loadtests.bench.workload import load_workload
 from loadtests.sim.cli import main
+from loadtests.sim.loop import simulate
 from loadtests.sim.replay_fleet import replay_fleet
 from loadtests.sim.replay_import import from_bench_csv, from_request_log, load_any
 from loadtests.sim.replay_trace import (
@@ -24,6 +26,7 @@ from loadtests.sim.replay_trace import (
     read_trace,
     write_trace,
 )
+from loadtests.sim.summary import summarize
 from routing.profile import profile_from_chat
 from routing.types import LatencyClass
 
@@ -165,3 +168,21 @@ def test_a_replay_trace_defaults_unknown_origins_to_the_gateway_region() -> None
         and first.origin == "eu-west"
         and first.max_tokens == 3
     )
+
+
+def test_a_round_robin_recording_replays_to_its_own_split_and_ttft() -> None:
+    """The shipped round-robin recording: a static policy's replay reproduces its split exactly
+    and its TTFT p50 within 15% (docs/replay.md); the simulator is deterministic."""
+    recorded = read_trace(Path("loadtests/traces/bench-three-region-round_robin.trace.jsonl"))
+    fleet = replay_fleet(FLEET, Path("loadtests/traces/three-region-priced.yaml"), None, 40.0)
+    assert not isinstance(fleet, str) and fleet.recorded_policy == "round_robin"
+    trace = ReplayTrace(recorded, fleet.scenario.regions, fleet.gateway_region)
+    summary = summarize(simulate(fleet.scenario, trace, "round_robin"), trace)
+    counts: dict[str, int] = {}
+    for line in recorded.lines:
+        assert line.recorded is not None and line.recorded.backend is not None
+        counts[line.recorded.backend] = counts.get(line.recorded.backend, 0) + 1
+    assert dict(summary.per_backend_requests) == counts
+    ttfts = [line.recorded.ttft_ms for line in recorded.lines if line.recorded]
+    recorded_p50 = float(np.percentile([t for t in ttfts if t is not None], 50))
+    assert abs(summary.ttft_p50_ms / recorded_p50 - 1.0) <= 0.15
