@@ -7,21 +7,34 @@ them on the same line as the message, so every event stays one line.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import queue
 import sys
-from datetime import UTC, datetime
+import time
+from logging.handlers import QueueHandler, QueueListener
 from typing import IO, Any, Literal
 
 import orjson
 
 FIELDS_ATTR = "meridian_fields"
+_LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning"}
 Format = Literal["auto", "text", "json"]
 
 
+_second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
+
+
 def iso_time(epoch_s: float) -> str:
-    """UTC, millisecond precision: ``2026-12-01T09:25:17.123Z``."""
-    stamp = datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
+    """UTC, millisecond precision: ``2026-12-01T09:25:17.123Z``. The seconds part is formatted
+    once per second (with a line per request, it was the formatter's largest cost); the pair
+    is replaced whole, so a thread never sees one second's number with another's text."""
+    global _second
+    whole = int(epoch_s)
+    cached = _second
+    if cached[0] != whole:
+        cached = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{cached[1]}.{int((epoch_s - whole) * 1000):03d}Z"
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -35,11 +48,13 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "time": iso_time(record.created),
-            "level": record.levelname.lower(),
+            "level": _LEVELS.get(record.levelno) or record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        line.update(_fields(record))
+        fields = getattr(record, FIELDS_ATTR, None)
+        if fields:
+            line.update(fields)
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(line, default=str).decode()
@@ -76,14 +91,59 @@ def formatter_for(fmt: Literal["text", "json"]) -> logging.Formatter:
 _HANDLER_NAME = "meridian"
 
 
+class _Writer:
+    """Formatting and writing in a thread of their own: the event loop only queues the record,
+    so a slow log pipe (a collector that stopped reading stderr) never stalls a request."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.sink = logging.StreamHandler(stream)
+        self.queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        self.listener = QueueListener(self.queue, self.sink)
+        self.listener.start()
+        self.running = True
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Write what is queued, then stop the thread (idempotent)."""
+        if self.running:
+            self.running = False
+            self.listener.stop()
+
+
+_writer: _Writer | None = None
+
+
 def install(level: str | int = "INFO", fmt: Format = "auto", stream: IO[str] | None = None) -> None:
-    """Send every log record to ``stream`` (stderr) in ``fmt``; calling again re-formats."""
+    """Send every log record to ``stream`` (stderr) in ``fmt``, written by a background thread;
+    calling again changes the format and level (the stream stays the first one's).
+
+    Neither format prints a record's source line, thread or process, so the logging module is
+    told not to look them up (its documented optimisation switches): a request line is one
+    record per request, and finding the caller's frame alone was a third of its cost."""
+    global _writer
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     out = stream or sys.stderr
     root = logging.getLogger()
-    handler = next((h for h in root.handlers if h.get_name() == _HANDLER_NAME), None)
-    if handler is None:
-        handler = logging.StreamHandler(out)
+    if _writer is None:
+        _writer = _Writer(out)
+        handler = QueueHandler(_writer.queue)
         handler.set_name(_HANDLER_NAME)
         root.addHandler(handler)
-    handler.setFormatter(formatter_for(resolve(fmt, out)))
+    _writer.sink.setFormatter(formatter_for(resolve(fmt, _writer.sink.stream)))
     root.setLevel(level if isinstance(level, int) else level.upper())
+
+
+def flush() -> None:
+    """Write every queued line now and stop the writer thread (at exit, or in a benchmark);
+    a later :func:`install` starts a new one."""
+    global _writer
+    if _writer is None:
+        return
+    _writer.stop()
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(handler)
+    _writer = None

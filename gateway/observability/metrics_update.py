@@ -16,12 +16,42 @@ if TYPE_CHECKING:
     from gateway.stream import OpenedStream
 
 
+class RouteSeries:
+    """The children of every per-route metric for one (model, region, backend, door): looked
+    up once, not by ``labels()`` on each request (label values are bounded by the config, so
+    are these)."""
+
+    __slots__ = (
+        "admission_queue",
+        "backend_queue",
+        "cached_tokens",
+        "e2e",
+        "itl",
+        "outcomes",
+        "output_tokens",
+        "prompt_tokens",
+        "ttft",
+    )
+
+    def __init__(self, gw: GatewayMetrics, req: RequestMetrics, labels: tuple[str, ...]) -> None:
+        self.ttft = gw.ttft.labels(*labels)
+        self.itl = gw.itl.labels(*labels)
+        self.e2e = gw.e2e.labels(*labels)
+        self.output_tokens = gw.output_tokens.labels(*labels)
+        self.prompt_tokens = req.prompt_tokens.labels(*labels)
+        self.cached_tokens = req.cached_tokens.labels(*labels)
+        self.admission_queue = req.admission_queue.labels(*labels)
+        self.backend_queue = req.backend_queue.labels(*labels)
+        self.outcomes = {o: req.outcomes.labels(*labels, o.value) for o in Outcome}
+
+
 class MetricsUpdate:
     def __init__(self, config: GatewayConfig, metrics: GatewayMetrics) -> None:
         self.bounds = LabelBounds.from_config(config)
         self.gateway = metrics
         self.request = RequestMetrics(metrics.registry)
         self.live = LiveStats()  # for the status page
+        self._series: dict[tuple[str, ...], RouteSeries] = {}
 
     def configure(self, config: GatewayConfig) -> None:
         self.bounds = LabelBounds.from_config(config)
@@ -32,6 +62,13 @@ class MetricsUpdate:
             return self.bounds.route(model, NO_BACKEND, NO_BACKEND, door)
         return self.bounds.route(model, opened.route.region, opened.route.backend, door)
 
+    def _route(self, record: RequestRecord, opened: OpenedStream | None) -> RouteSeries:
+        labels = self._labels(record, opened)
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = RouteSeries(self.gateway, self.request, labels)
+        return series
+
     def first_token(self, record: RequestRecord, opened: OpenedStream) -> None:
         """TTFT and calibration, as soon as the first token is in (a stream may run for
         minutes; its TTFT should not wait for its end). Streams only: a whole non-streaming
@@ -40,7 +77,7 @@ class MetricsUpdate:
             return
         first = opened.stats.first_token_at or time.perf_counter()
         ttft_s = first - record.inbound.received_at
-        self.gateway.ttft.labels(*self._labels(record, opened)).observe(ttft_s)
+        self._route(record, opened).ttft.observe(ttft_s)
         predicted_ms = opened.route.predicted_ttft_ms
         self.live.first_token(opened.route.backend, ttft_s * 1000.0, predicted_ms)
         if predicted_ms:
@@ -52,32 +89,29 @@ class MetricsUpdate:
     def ended(
         self, record: RequestRecord, opened: OpenedStream | None, now: float, outcome: Outcome
     ) -> None:
-        labels = self._labels(record, opened)
-        self.request.outcomes.labels(*labels, outcome.value).inc()
+        series = self._route(record, opened)
+        series.outcomes[outcome].inc()
         self._attempts(record)
         if record.queue_s is not None:
-            self.request.admission_queue.labels(*labels).observe(record.queue_s)
+            series.admission_queue.observe(record.queue_s)
         if opened is None:
             return
-        gw, req = self.gateway, self.request
         self.live.served(opened.route.backend, now)
-        gw.e2e.labels(*labels).observe(now - record.inbound.received_at)
-        gw.output_tokens.labels(*labels).inc(opened.output_tokens())
+        series.e2e.observe(now - record.inbound.received_at)
+        series.output_tokens.inc(opened.output_tokens())
         usage = opened.usage or {}
         prompt = usage.get("prompt_tokens")
         prompt_tokens = prompt if isinstance(prompt, int) else record.inbound.profile.prompt_tokens
-        req.prompt_tokens.labels(*labels).inc(prompt_tokens)
+        series.prompt_tokens.inc(prompt_tokens)
         cached = opened.cached_tokens()
         if cached:
-            req.cached_tokens.labels(*labels).inc(cached)
-        gaps = opened.stats.gaps_ms
-        if gaps:
-            itl = gw.itl.labels(*labels)
-            for gap in gaps:
-                itl.observe(gap / 1000.0)
+            series.cached_tokens.inc(cached)
+        itl = series.itl
+        for gap in opened.stats.gaps_ms:
+            itl.observe(gap / 1000.0)
         for entry in opened.backend_timing:
             if entry.name == "queue" and entry.dur_ms is not None:
-                req.backend_queue.labels(*labels).observe(entry.dur_ms / 1000.0)
+                series.backend_queue.observe(entry.dur_ms / 1000.0)
 
     def _attempts(self, record: RequestRecord) -> None:
         counter = self.request.attempts
@@ -88,4 +122,4 @@ class MetricsUpdate:
 
     def rejected(self, model: str, door: str) -> None:
         labels = self.bounds.route(model, NO_BACKEND, NO_BACKEND, door)
-        self.request.outcomes.labels(*labels, Outcome.FAILED.value).inc()
+        self.request.outcomes.labels(*labels, Outcome.FAILED.value).inc()  # rare: no cache

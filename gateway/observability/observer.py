@@ -66,7 +66,7 @@ class RequestObserver:
         self.metrics.ended(record, None, time.perf_counter(), outcome)
         if self.log.wants(record.inbound.request_id, outcome):
             self.log.write(failed_line(record, status, error, outcome))
-        if self.tracing.tracer is not None:
+        if self.tracing.processor is not None:
             self.spans.failed(record, status, error, outcome)
 
     def finished(
@@ -81,7 +81,7 @@ class RequestObserver:
         self.metrics.ended(record, opened, now, outcome)
         if self.log.wants(record.inbound.request_id, outcome):
             self.log.write(opened_line(record, opened, now, outcome, error))
-        if self.tracing.tracer is not None:
+        if self.tracing.processor is not None:
             self.spans.opened(record, opened, now, outcome, error)
 
     def rejected(

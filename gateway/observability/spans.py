@@ -8,22 +8,27 @@
 Attribute names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``) where one
 exists, and ``meridian.*`` for the rest (the route, the predicted TTFT and its terms). Like the
 request log, no prompt or completion text, no header value, no upstream error message.
+
+Every timestamp is already known when the tree is built, so the spans are the SDK's finished
+``ReadableSpan`` values handed straight to the span processor, not live spans started and
+ended through a ``Tracer``: a live span costs some 30 us of bookkeeping (locks, sampler,
+attribute validation) that a span already over does not need, and a request has four or more.
+The attribute values are Meridian's own strings and numbers, valid by construction.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceFlags, TraceState
 
 from gateway.observability.record import Outcome, RequestRecord
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
-
     from gateway.chain.hop import HopContext
     from gateway.observability.tracing import Tracing
     from gateway.stream import OpenedStream
@@ -38,20 +43,31 @@ _OPERATION = {
 }
 
 
-def _parent_context(hop: HopContext) -> Context | None:
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_UNSET = Status(StatusCode.UNSET)
+
+
+def _state(hop: HopContext) -> TraceState:
+    tracestate = hop.trace.tracestate
+    return TraceState.from_header([tracestate]) if tracestate else TraceState()
+
+
+def _parent(hop: HopContext, state: TraceState) -> SpanContext | None:
     """The caller's span (remote), or None when this hop started the trace."""
     ctx = hop.trace
     if ctx.parent_id is None:
         return None
-    state = TraceState.from_header([ctx.tracestate]) if ctx.tracestate else TraceState()
-    parent = SpanContext(
-        trace_id=int(ctx.trace_id, 16),
-        span_id=int(ctx.parent_id, 16),
+    return SpanContext(
+        int(ctx.trace_id, 16),
+        int(ctx.parent_id, 16),
         is_remote=True,
         trace_flags=TraceFlags(int(ctx.flags, 16)),
         trace_state=state,
     )
-    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def _error(error: str | None) -> Status:
+    return Status(StatusCode.ERROR, error) if error is not None else _UNSET
 
 
 def _server_attributes(record: RequestRecord) -> dict[str, Any]:
@@ -62,14 +78,12 @@ def _server_attributes(record: RequestRecord) -> dict[str, Any]:
         "meridian.request_id": inbound.request_id,
         "meridian.door": record.door,
         "meridian.tenant": inbound.tenant,
-        "meridian.stream": inbound.stream,
     }
     if inbound.max_tokens is not None:
         attrs["gen_ai.request.max_tokens"] = inbound.max_tokens
     if inbound.profile.origin is not None:
         attrs["meridian.origin"] = inbound.profile.origin
-    if record.hop is not None:
-        attrs["meridian.gateway"] = record.hop.gateway_id
+    if record.hop is not None and record.hop.via:  # a chained hop (the resource names us)
         attrs["meridian.hop"] = record.hop.hop_number
     if record.queue_s is not None:
         attrs["meridian.admission_queue_ms"] = round(record.queue_s * 1000.0, 3)
@@ -99,13 +113,78 @@ def _opened_attributes(
     if route.predicted_ttft_ms is not None:
         attrs["meridian.predicted_ttft_ms"] = round(route.predicted_ttft_ms, 3)
         for term, value in opened.predicted_terms_ms.items():
-            attrs[f"meridian.predicted_ttft.{term}_ms"] = round(value, 3)
+            if value:  # the terms that contributed
+                attrs[f"meridian.predicted_ttft.{term}_ms"] = round(value, 3)
     return attrs
+
+
+class _Tree:
+    """The spans of one request, sharing its trace id, state and the server span as parent."""
+
+    __slots__ = ("server", "state", "trace_id", "tracing")
+
+    def __init__(self, tracing: Tracing, hop: HopContext) -> None:
+        self.tracing = tracing
+        self.state = _state(hop)
+        self.trace_id = int(hop.trace.trace_id, 16)
+        self.server = SpanContext(
+            self.trace_id, int(hop.trace.span_id, 16), False, _SAMPLED, self.state
+        )
+
+    def child(
+        self,
+        name: str,
+        kind: SpanKind,
+        attrs: dict[str, Any],
+        start: float,
+        end: float,
+        events: tuple[Event, ...] = (),
+        status: Status = _UNSET,
+    ) -> None:
+        context = SpanContext(
+            self.trace_id, random.getrandbits(64) or 1, False, _SAMPLED, self.state
+        )
+        self.emit(name, context, self.server, kind, attrs, start, end, events, status)
+
+    def emit(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attrs: dict[str, Any],
+        start: float,
+        end: float,
+        events: tuple[Event, ...] = (),
+        status: Status = _UNSET,
+    ) -> None:
+        tracing = self.tracing
+        assert tracing.processor is not None
+        span = ReadableSpan(
+            name,
+            context=context,
+            parent=parent,
+            resource=tracing.resource,
+            attributes=attrs,
+            events=events,
+            kind=kind,
+            status=status,
+            start_time=tracing.epoch_ns(start),
+            end_time=tracing.epoch_ns(max(start, end)),
+            instrumentation_scope=tracing.scope,
+        )
+        tracing.processor.on_end(span)
 
 
 class SpanTree:
     def __init__(self, tracing: Tracing) -> None:
         self.tracing = tracing
+
+    def _tree(self, record: RequestRecord) -> _Tree | None:
+        hop = record.hop
+        if self.tracing.processor is None or hop is None or not hop.trace.sampled:
+            return None  # tracing off, refused before a hop, or not sampled (ParentBased)
+        return _Tree(self.tracing, hop)
 
     def opened(
         self,
@@ -115,63 +194,56 @@ class SpanTree:
         outcome: Outcome,
         error: str | None,
     ) -> None:
+        tree = self._tree(record)
+        if tree is None:
+            return
         first = opened.stats.first_token_at if record.inbound.stream else None
         attrs = _server_attributes(record)
         attrs.update(_opened_attributes(opened, first, record.inbound.received_at))
         status = 499 if outcome is Outcome.CANCELLED else 200
-        server = self._server(record, attrs, status, outcome, error)
-        if server is None:
-            return
-        parent = trace.set_span_in_context(server)
-        winner_end = first if first is not None else now
-        self._route(record, parent)
-        self._attempts(record, parent, winner_end, opened)
+        self._route(tree, record)
+        self._attempts(tree, record, first if first is not None else now, opened)
         if first is not None:
-            self._stream(opened, parent, first, now, outcome, error)
-        server.end(self.tracing.epoch_ns(now))
+            self._stream(tree, opened, first, now, outcome, error)
+        self._server(tree, record, attrs, now, status, outcome, error)
 
     def failed(self, record: RequestRecord, status: int, error: str, outcome: Outcome) -> None:
-        now = time.perf_counter()
-        server = self._server(record, _server_attributes(record), status, outcome, error)
-        if server is None:
+        tree = self._tree(record)
+        if tree is None:
             return
-        parent = trace.set_span_in_context(server)
-        self._route(record, parent)
-        self._attempts(record, parent, now, None)
-        server.end(self.tracing.epoch_ns(now))
+        now = time.perf_counter()
+        self._route(tree, record)
+        self._attempts(tree, record, now, None)
+        self._server(tree, record, _server_attributes(record), now, status, outcome, error)
 
     def _server(
         self,
+        tree: _Tree,
         record: RequestRecord,
         attrs: dict[str, Any],
+        now: float,
         status: int,
         outcome: Outcome,
         error: str | None,
-    ) -> trace.Span | None:
-        tracer, hop = self.tracing.tracer, record.hop
-        if tracer is None or hop is None:
-            return None
+    ) -> None:
+        assert record.hop is not None
         attrs["http.response.status_code"] = status
         attrs["meridian.outcome"] = outcome.value
         if error is not None:
             attrs["error.type"] = error
-        ids = self.tracing.ids
-        ids.next_trace_id = int(hop.trace.trace_id, 16)  # used only when there is no parent
-        ids.next_span_id = int(hop.trace.span_id, 16)
-        span = tracer.start_span(
+        tree.emit(
             f"{attrs['gen_ai.operation.name']} {record.inbound.model}",
-            context=_parent_context(hop),
-            kind=SpanKind.SERVER,
-            attributes=attrs,
-            start_time=self.tracing.epoch_ns(record.inbound.received_at),
+            tree.server,
+            _parent(record.hop, tree.state),
+            SpanKind.SERVER,
+            attrs,
+            record.inbound.received_at,
+            now,
+            status=_error(error) if outcome is Outcome.FAILED else _UNSET,
         )
-        ids.next_trace_id = ids.next_span_id = None
-        if outcome is Outcome.FAILED:
-            span.set_status(Status(StatusCode.ERROR, error))
-        return span
 
-    def _route(self, record: RequestRecord, parent: Context) -> None:
-        if record.route_started is None or record.route_ms is None or self.tracing.tracer is None:
+    def _route(self, tree: _Tree, record: RequestRecord) -> None:
+        if record.route_started is None or record.route_ms is None:
             return
         attrs: dict[str, Any] = {}
         if record.walk is not None:
@@ -182,18 +254,15 @@ class SpanTree:
                 "meridian.routing.rejected": len(decision.rejected),
             }
         start = record.route_started
-        span = self.tracing.tracer.start_span(
-            "route", context=parent, attributes=attrs, start_time=self.tracing.epoch_ns(start)
-        )
-        span.end(self.tracing.epoch_ns(start + record.route_ms / 1000.0))
+        tree.child("route", SpanKind.INTERNAL, attrs, start, start + record.route_ms / 1000.0)
 
     def _attempts(
-        self, record: RequestRecord, parent: Context, walk_end: float, opened: OpenedStream | None
+        self, tree: _Tree, record: RequestRecord, walk_end: float, opened: OpenedStream | None
     ) -> None:
         """One CLIENT span per attempt. A failed attempt's end is not recorded; it is taken as
         the next attempt's start (a retry follows at once) or the walk's end."""
-        walk, tracer = record.walk, self.tracing.tracer
-        if walk is None or tracer is None:
+        walk = record.walk
+        if walk is None:
             return
         records = walk.records
         for index, (attempt, rec) in enumerate(zip(record.attempts(), records, strict=True)):
@@ -201,56 +270,55 @@ class SpanTree:
             won = number == record.winner
             later = [r.started_at for r in records[number:] if not r.hedge]
             end = walk_end if won or attempt["hedge"] or not later else later[0]
+            outcome = attempt["outcome"]
             attrs: dict[str, Any] = {
                 "gen_ai.request.model": record.inbound.model,
                 "meridian.attempt.number": number,
                 "meridian.attempt.backend": rec.backend,
                 "meridian.attempt.hedge": rec.hedge,
-                "meridian.attempt.outcome": attempt["outcome"],
+                "meridian.attempt.outcome": outcome,
             }
-            span = tracer.start_span(
-                f"upstream {rec.backend}",
-                context=parent,
-                kind=SpanKind.CLIENT,
-                attributes=attrs,
-                start_time=self.tracing.epoch_ns(rec.started_at),
-            )
+            events: tuple[Event, ...] = ()
+            status = _UNSET
             if won and opened is not None:
-                self._first_token_events(span, opened, rec.started_at)
-            elif attempt["outcome"] != "cancelled":
-                span.set_attribute("error.type", attempt["outcome"])
-                span.set_status(Status(StatusCode.ERROR, attempt["outcome"]))
-            span.end(self.tracing.epoch_ns(max(end, rec.started_at)))
+                events = self._first_token(attrs, opened, rec.started_at)
+            elif outcome != "cancelled":
+                attrs["error.type"] = outcome
+                status = _error(outcome)
+            name = f"upstream {rec.backend}"
+            tree.child(name, SpanKind.CLIENT, attrs, rec.started_at, end, events, status)
 
-    def _first_token_events(self, span: trace.Span, opened: OpenedStream, started: float) -> None:
+    def _first_token(
+        self, attrs: dict[str, Any], opened: OpenedStream, started: float
+    ) -> tuple[Event, ...]:
+        """The winning attempt's connect and first-token moments, as events and durations."""
+        events = []
         connect = next((e.dur_ms for e in opened.entries if e.name == "upstream_connect"), None)
         if connect is not None:
-            span.set_attribute("meridian.upstream_connect_ms", round(connect, 3))
-            span.add_event("connected", timestamp=self.tracing.epoch_ns(started + connect / 1e3))
+            attrs["meridian.upstream_connect_ms"] = round(connect, 3)
+            events.append(Event("connected", None, self.tracing.epoch_ns(started + connect / 1e3)))
         if opened.upstream_ttfb_ms is not None:
             ttfb = opened.upstream_ttfb_ms
-            span.set_attribute("meridian.upstream_ttfb_ms", round(ttfb, 3))
-            span.add_event("first_token", timestamp=self.tracing.epoch_ns(started + ttfb / 1e3))
+            attrs["meridian.upstream_ttfb_ms"] = round(ttfb, 3)
+            events.append(Event("first_token", None, self.tracing.epoch_ns(started + ttfb / 1e3)))
+        return tuple(events)
 
     def _stream(
         self,
+        tree: _Tree,
         opened: OpenedStream,
-        parent: Context,
         first: float,
         now: float,
         outcome: Outcome,
         error: str | None,
     ) -> None:
-        assert self.tracing.tracer is not None
         p50, p99, _ = opened.stats.itl_percentiles()
         attrs: dict[str, Any] = {"gen_ai.usage.output_tokens": opened.output_tokens()}
         if p50 is not None and p99 is not None:
             attrs["meridian.itl_p50_ms"] = round(p50, 3)
             attrs["meridian.itl_p99_ms"] = round(p99, 3)
-        span = self.tracing.tracer.start_span(
-            "stream", context=parent, attributes=attrs, start_time=self.tracing.epoch_ns(first)
-        )
+        status = _UNSET
         if outcome is Outcome.FAILED and error is not None:
-            span.set_attribute("error.type", error)
-            span.set_status(Status(StatusCode.ERROR, error))
-        span.end(self.tracing.epoch_ns(now))
+            attrs["error.type"] = error
+            status = _error(error)
+        tree.child("stream", SpanKind.INTERNAL, attrs, first, now, status=status)
