@@ -1,6 +1,7 @@
 """Recorded traffic into ``meridian-trace`` v1 (``loadtests.sim.replay_trace``), from:
 
-- ``meridian bench``'s ``requests.csv``. It holds no prompt, so prefix hashes come from the
+- ``meridian bench``'s ``requests.csv`` (the recorded TTFT is the gateway's own ``ttft``
+  Server-Timing entry when the row has one, as the simulator measures it). It holds no prompt, so prefix hashes come from the
   workload file the run used (``--workload``): its planner regenerates each request's system
   prompt and user turn from the seed, exactly as the run sent them, and they are hashed as the
   gateway hashes them (``routing.profile``). Later turns of a multi-turn session resend the
@@ -24,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from gateway.timing import parse
 from loadtests.bench.plan import Planner, request_body
 from loadtests.bench.workload import WorkloadError, load_workload
 from loadtests.sim.replay_trace import Recorded, TraceFile, TraceFormatError, TraceLine, read_trace
@@ -43,6 +45,15 @@ def _float(text: str | None) -> float | None:
 def _int(text: str | None) -> int | None:
     value = _float(text)
     return None if value is None else int(value)
+
+
+def _gateway_ttft_ms(row: dict[str, str]) -> float | None:
+    """The gateway's own ``ttft`` Server-Timing entry (arrival at the gateway -> first token
+    there: the simulator's definition), else the client's TTFT."""
+    for entry in parse(row.get("server_timing") or ""):
+        if entry.name == "ttft" and entry.dur_ms is not None:
+            return entry.dur_ms
+    return _float(row.get("ttft_ms"))
 
 
 def _hashes(planner: Planner | None, row: dict[str, str]) -> tuple[int, ...]:
@@ -80,7 +91,7 @@ def from_bench_csv(path: Path, workload: Path | None = None) -> TraceFile:
         if row.get("error") or output < 1:
             continue
         recorded = Recorded(
-            row.get("backend") or None, _float(row.get("ttft_ms")), _float(row.get("e2e_ms")),
+            row.get("backend") or None, _gateway_ttft_ms(row), _float(row.get("e2e_ms")),
             _int(row.get("cached_tokens")), _int(row.get("status")),
         )  # fmt: skip
         lines.append(

@@ -77,13 +77,16 @@ def test_a_bad_trace_names_the_file_and_line(tmp_path: Path, content: bytes, mes
         read_trace(path)
 
 
-def _record(index: int, session: int, error: bool = False) -> RequestRecord:
+def _record(
+    index: int, session: int, error: bool = False, timing: str | None = None
+) -> RequestRecord:
     return RequestRecord(
         index=index, session=session, turn=0, component="support-chat", origin="eu-west",
         tenant="acme", scheduled_s=0.1 * index, sent_s=0.1 * index + 0.01, ttft_s=0.05,
         e2e_s=1.0, prompt_tokens=1100, completion_tokens=0 if error else 80,
         cached_tokens=1024, status=500 if error else 200,
         route="region=us-east; backend=us-east-dedicated; kind=dedicated", max_tokens=80,
+        server_timing=timing,
     )  # fmt: skip
 
 
@@ -91,7 +94,12 @@ def test_a_bench_csv_becomes_a_trace_with_the_prefix_hashes_the_gateway_computed
     tmp_path: Path,
 ) -> None:
     csv_path = tmp_path / "requests.csv"
-    write_requests_csv([_record(0, 3), _record(1, 4, error=True), _record(2, 5)], csv_path)
+    records = [
+        _record(0, 3),
+        _record(1, 4, error=True),
+        _record(2, 5, timing="gw;dur=1, ttft;dur=42.5"),
+    ]
+    write_requests_csv(records, csv_path)
     trace = from_bench_csv(csv_path, WORKLOAD)
     assert [line.t_s for line in trace.lines] == [pytest.approx(0.01), pytest.approx(0.21)]
     plan = Planner(load_workload(WORKLOAD)).session(3)
@@ -100,6 +108,9 @@ def test_a_bench_csv_becomes_a_trace_with_the_prefix_hashes_the_gateway_computed
     assert first.prefix_hashes == expected.prefix_hashes and first.prefix_hashes
     assert first.recorded is not None and first.recorded.backend == "us-east-dedicated"
     assert first.output_tokens == 80 and first.tenant == "acme" and first.origin == "eu-west"
+    assert first.recorded.ttft_ms == 50.0  # the client's, when the gateway's is not there
+    second = trace.lines[1].recorded
+    assert second is not None and second.ttft_ms == 42.5  # the gateway's own ttft entry
     assert from_bench_csv(csv_path).lines[0].prefix_hashes == ()  # no workload: no hashes
 
 
