@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.config import GatewayConfig
+from gateway.doors.wire import public_model_renamer
 from gateway.errors import ApiError
 from gateway.grpc.backend import (
     BackendEvent,
@@ -130,13 +131,14 @@ class RelayBackend:
                     ("x-request-id", inbound.request_id),
                 )
             )
+            rename = public_model_renamer(inbound, opened)  # the client's model name
             async for event in opened.all_events():
                 if event.is_done:
                     break
                 if event.data is None:
                     continue
                 try:
-                    data = orjson.loads(event.data)
+                    data = orjson.loads(rename(event.data))
                 except orjson.JSONDecodeError:
                     raise StreamBroken(
                         "upstream_malformed", "upstream sent a non-JSON event"

@@ -43,6 +43,7 @@ async def test_alias_reaches_the_backend_by_its_own_id() -> None:
             for name in ("public-model", "nickname"):
                 chunks = [c async for c in stub.ChatCompletion(chat(model=name, max_tokens=3))]
                 assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 3
+                assert {c.model for c in chunks} == {name}  # never the backend's own id
     finally:
         await gateway.close()
         await emulator.close()
