@@ -1,0 +1,206 @@
+"""Meridian beside the proxies people use today, in one run anyone can repeat.
+
+    python -m loadtests.bench_peers [--concurrency 1 32] [--requests 200] [--rounds 2]
+        [--peers meridian litellm nginx] [--litellm-version 1.108.7] [--out DIR]
+
+One emulated backend (TTFT 20 ms, 32 tokens at 5 ms), one streaming load generator, and in front
+of the backend: nothing (direct), Meridian (``meridian serve``, one worker), the LiteLLM proxy
+(installed into a virtual environment of its own by this script, one worker, latency-based
+routing) and nginx (Debian's; a byte relay with buffering off: the floor). Sides alternate within
+each round so machine noise hits them alike; percentiles pool each side's rounds. Reported per
+side and concurrency: added TTFT p50/p99 and added ITL p99 (side - direct), throughput / direct,
+and CPU per relayed token event (the proxy's process-tree CPU seconds during its runs ÷ token
+events relayed), with ratios against LiteLLM and nginx. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtests.bench.records import BenchResult
+from loadtests.bench.runner import BenchOptions, run_bench
+from loadtests.bench.workload import parse_workload
+from loadtests.bench_overhead import Side, _side
+from loadtests.peer_servers import (
+    DEFAULT_VENVS,
+    cpu_meter,
+    litellm_proxy,
+    litellm_python,
+    nginx_available,
+    nginx_relay,
+)
+from loadtests.processes import emulated_backend, gateway
+from loadtests.results_file import fmt, write_results
+
+MODEL = "peers-model"
+TOKENS = 32
+ENGINE = {
+    "max_num_seqs": 4096,
+    "max_num_batched_tokens": 10_000_000,
+    "prefill_tokens_per_s": 1e12,
+    "decode_base_ms": 5,
+    "decode_per_seq_ms": 0,
+    "first_token_overhead_ms": 20,
+}
+
+
+@dataclass(frozen=True)
+class PeerSide:
+    peer: str
+    concurrency: int
+    side: Side
+    added_ttft_p50_ms: float | None
+    added_ttft_p99_ms: float | None
+    added_itl_p99_ms: float | None
+    throughput_vs_direct: float
+    cpu_us_per_event: float | None  # None: direct (no proxy)
+
+
+def _workload(concurrency: int, requests: int) -> dict[str, object]:
+    return {
+        "name": f"peers-c{concurrency}",
+        "seed": 11,
+        "model": MODEL,
+        "arrival": {"mode": "closed", "concurrency": concurrency},
+        "limits": {"requests": requests},
+        "request_timeout_s": 120,
+        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": TOKENS}],
+    }
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+@contextlib.asynccontextmanager
+async def _peers(
+    wanted: list[str], backend_url: str, venvs: Path, litellm_version: str | None
+) -> AsyncIterator[dict[str, tuple[str, int]]]:
+    """Base URL and charged pid of every peer that could be started."""
+    async with contextlib.AsyncExitStack() as stack:
+        found: dict[str, tuple[str, int]] = {}
+        if "meridian" in wanted:
+            backend = {"name": "b1", "region": "local", "url": backend_url + "/v1"}
+            config = {"backends": [{**backend, "models": [MODEL], "max_connections": 4096}]}
+            found["meridian"] = await stack.enter_async_context(gateway(config, 1))
+        if "litellm" in wanted:
+            python = litellm_python(venvs, litellm_version)
+            if python is not None:
+                proxy = litellm_proxy(python, backend_url, MODEL)
+                found["litellm"] = await stack.enter_async_context(proxy)
+        if "nginx" in wanted:
+            if nginx_available():
+                found["nginx"] = await stack.enter_async_context(nginx_relay(backend_url))
+            else:
+                print("bench_peers: nginx not found (apt-get install nginx-light); skipped")
+        yield found
+
+
+async def measure(args: argparse.Namespace) -> list[PeerSide]:
+    rows: list[PeerSide] = []
+    async with (
+        emulated_backend("b1", MODEL, ENGINE) as (backend_url, _),
+        _peers(args.peers, backend_url, args.venvs, args.litellm_version) as peers,
+    ):
+        sides = {"direct": (backend_url, 0), **peers}
+        for concurrency in args.concurrency:
+            workload = parse_workload(_workload(concurrency, max(args.requests, concurrency * 4)))
+            options = BenchOptions(max_connections=concurrency)
+            results: dict[str, list[BenchResult]] = {name: [] for name in sides}
+            cpu: dict[str, float] = dict.fromkeys(sides, 0.0)
+            for url, _ in sides.values():
+                await run_bench(url, workload, options)  # warm every pool
+            for _ in range(args.rounds):
+                for name, (url, pid) in sides.items():
+                    with cpu_meter(pid or None) as spent:
+                        results[name].append(await run_bench(url, workload, options))
+                    cpu[name] += spent[0]
+            rows += _level(concurrency, results, cpu)
+    return rows
+
+
+def _level(
+    concurrency: int, results: dict[str, list[BenchResult]], cpu: dict[str, float]
+) -> list[PeerSide]:
+    direct = _side(results["direct"])
+    rows = []
+    for name, runs in results.items():
+        side = _side(runs)
+        events = sum(len(r.token_times_s) for run in runs for r in run.records if r.ok)
+        rows.append(
+            PeerSide(
+                peer=name,
+                concurrency=concurrency,
+                side=side,
+                added_ttft_p50_ms=_minus(side.ttft_p50_ms, direct.ttft_p50_ms),
+                added_ttft_p99_ms=_minus(side.ttft_p99_ms, direct.ttft_p99_ms),
+                added_itl_p99_ms=_minus(side.itl_p99_ms, direct.itl_p99_ms),
+                throughput_vs_direct=side.request_per_s / direct.request_per_s,
+                cpu_us_per_event=None if name == "direct" else cpu[name] / max(events, 1) * 1e6,
+            )
+        )
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b <= 0 else f"{a / b:.2f}x"
+
+
+def format_table(rows: list[PeerSide]) -> str:
+    head = (
+        f"{'':<9}{'conc':>5}{'err':>5}{'+TTFT p50':>11}{'+TTFT p99':>11}{'+ITL p99':>10}"
+        f"{'thru/direct':>13}{'CPU us/event':>14}{'TTFT p50 / litellm':>20}{'CPU / nginx':>13}"
+    )
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        level = {r.peer: r for r in rows if r.concurrency == row.concurrency}
+        direct = row.peer == "direct"
+        litellm = level["litellm"].added_ttft_p50_ms if "litellm" in level and not direct else None
+        nginx = level["nginx"].cpu_us_per_event if "nginx" in level else None
+        lines.append(
+            f"{row.peer:<9}{row.concurrency:>5}{row.side.errors:>5}"
+            f"{fmt(row.added_ttft_p50_ms):>11}{fmt(row.added_ttft_p99_ms):>11}"
+            f"{fmt(row.added_itl_p99_ms):>10}{row.throughput_vs_direct:>12.3f}x"
+            f"{fmt(row.cpu_us_per_event, 1):>14}"
+            f"{_ratio(row.added_ttft_p50_ms, litellm):>20}"
+            f"{_ratio(row.cpu_us_per_event, nginx):>13}"
+        )
+    lines.append(
+        "(ms; '+' = side - direct, pooled over the rounds; CPU = the proxy's process tree ÷ "
+        "token events relayed)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_peers", description=__doc__)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--requests", type=int, default=200, help="per side per round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--peers", nargs="+", default=["meridian", "litellm", "nginx"])
+    parser.add_argument("--litellm-version", help="pip version of litellm[proxy] (default: latest)")
+    parser.add_argument("--venvs", type=Path, default=DEFAULT_VENVS, help="where peer venvs live")
+    parser.add_argument("--out", default="loadtests/results")
+    args = parser.parse_args(argv)
+    import uvloop
+
+    rows = uvloop.run(measure(args))
+    print(format_table(rows))
+    payload: dict[str, Any] = {
+        "benchmark": "peers",
+        "engine": ENGINE,
+        "output_tokens": TOKENS,
+        "rows": [{**asdict(r), "side": dataclasses.asdict(r.side)} for r in rows],
+    }
+    write_results(args.out, "peers", payload)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
