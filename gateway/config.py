@@ -32,6 +32,7 @@ from gateway.observability.config import LoggingConfig, TracingConfig
 from gateway.placement import PlacementConfig
 from gateway.pricing import PriceConfig
 from gateway.signals.hub import SignalsConfig
+from gateway.signals.rtt_policy import RttPolicy
 from gateway.state.config import StateConfig
 from gateway.tokenizer import check_tokenizer_paths
 from routing.errors import RoutingError
@@ -132,6 +133,11 @@ class BackendConfig(_Strict):
     )
     price: PriceConfig | None = Field(
         default=None, description="what requests cost here (slo_cost)"
+    )
+    rtt: RttPolicy = Field(
+        default=RttPolicy(),
+        description="the RTT routing uses: the probe's, + offset_ms, or the region's with "
+        "probes health-only, or pin_ms (gateway/signals/rtt_policy.py)",
     )
 
     @model_validator(mode="after")

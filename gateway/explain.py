@@ -35,6 +35,7 @@ from gateway.model_names import ModelNames
 from gateway.objectives import OBJECTIVE_HEADER, with_objective
 from gateway.signals.forwarded import parse_ip
 from gateway.signals.geo import ClientGeo
+from gateway.signals.rtt_policy import believed
 from gateway.state_keys import RELAY
 from gateway.strict_json import loads_request
 from routing.predictor import CONFIGURED
@@ -115,6 +116,7 @@ def _candidate(rank: int, candidate: Candidate, state: BackendState | None, now:
         "expected_cost": candidate.expected_cost,
         "terms": _terms(candidate),
         "signals": None if state is None else _signals(state, now),
+        "rtt_believed": believed(candidate.terms_ms, state),
         "why": candidate.reason,
     }
 

@@ -49,6 +49,7 @@ def _target(backend: BackendConfig) -> BackendTarget:
         engine=_SCRAPED_ENGINES.get(backend.engine, Engine.UNKNOWN),
         keep_warm=backend.keep_warm,
         headers=headers,
+        rtt=backend.rtt,
     )
 
 

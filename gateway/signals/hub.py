@@ -41,12 +41,16 @@ from gateway.signals.outlier import (
     OutlierEventKind,
 )
 from gateway.signals.probes import ProbeConfig, ProbeObserver, Prober, ProbeSummary
+from gateway.signals.rtt_policy import RttPolicy, routed_rtt
 from gateway.signals.shared_fleet import LeaderScraper, SharedFleet
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
 from routing.types import BackendState, FleetSnapshot
 
 logger = logging.getLogger(__name__)
+
+
+_PROBED = RttPolicy()  # route on the probe's RTT as measured (the default)
 
 
 class SignalsConfig(BaseModel):
@@ -253,7 +257,10 @@ class SignalHub(ProbeObserver):
         self, name: str, health: HealthView, probe: ProbeSummary | None, now: float
     ) -> BackendState:
         state = self._measured(name, health, probe, now)
-        return state if self._shared is None else self._shared.merge(state, now)
+        state = state if self._shared is None else self._shared.merge(state, now)
+        policy = self._targets[name].rtt
+        region_rtt = self._configured_region_rtt.get(state.spec.region)
+        return state if policy == _PROBED else routed_rtt(state, policy, region_rtt, now)
 
     def _measured(
         self, name: str, health: HealthView, probe: ProbeSummary | None, now: float
@@ -288,9 +295,10 @@ class SignalHub(ProbeObserver):
         for name, summary in self.prober.summaries().items():
             state = self._states.get(name)
             rtt = state.rtt_ms if state is not None else summary.rtt_ms
-            region = self._targets[name].spec.region
+            target = self._targets[name]
+            region = target.spec.region
             healthy = self._remote_active.get(name, summary.active_healthy)
-            if rtt is not None and healthy:
+            if rtt is not None and healthy and target.rtt == _PROBED:  # the probe's own RTT
                 measured[region] = min(measured.get(region, rtt), rtt)
         return {**self._configured_region_rtt, **measured}
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gateway.signals.rtt_policy import RttPolicy
 from routing.types import BackendKind, BackendSpec
 
 
@@ -34,6 +35,7 @@ class BackendTarget:
     keep_warm: bool = False
     canary_model: str | None = None  # default: the alphabetically first model in the spec
     headers: Mapping[str, str] = field(default_factory=dict)
+    rtt: RttPolicy = field(default_factory=RttPolicy)  # what routing takes as its RTT
 
     @property
     def name(self) -> str:
