@@ -43,6 +43,9 @@ class LearnerParams:
     bias_alpha: float = 0.05
     quantile_step: float = 0.05  # step of the online p90 tracker of actual/predicted
     min_term_ms: float = 2.0  # a term smaller than this carries no signal about its rate
+    # ...nor one this small a share of the whole prediction: the other terms' noise (a ms of
+    # jitter on a 2 ms prefill under a 100 ms offset) would read as a 50% slower GPU.
+    min_term_share: float = 0.1
     dominant_share: float = 0.6  # share of (queue+prefill+cold) a term needs to take the blame
     max_ratio: float = 4.0  # estimates stay within [1/r, r] x the configured value
     # One sample moves a rate or scale by at most alpha x this, in log terms: residuals are
@@ -316,7 +319,7 @@ class OnlineLearner:
             else:
                 self._learn_prefill(est, prefill, took, spec)
             return
-        share = p.dominant_share * (queue + prefill + step)
+        share = max(p.dominant_share * (queue + prefill + step), p.min_term_share * warm)
         dominant = next(
             (name for name, ms in (("prefill", prefill), ("queue", queue), ("step", step))
              if ms >= p.min_term_ms and ms >= share),
@@ -361,7 +364,13 @@ class OnlineLearner:
         else:
             candidates += [(queue, est.queue_scale), (step, est.step_scale)]
         term, scale = max(candidates)
-        plausible = term >= self.params.min_term_ms and self._plausible(term, term + residual_ms)
+        # A residual against a learned step is that step going back before it is any rate's.
+        back = residual_ms < 0.0 < est.shift_ms
+        plausible = (
+            not back
+            and term >= self.params.min_term_ms
+            and self._plausible(term, term + residual_ms)
+        )
         implied = (term + residual_ms) * scale / term if plausible else 0.0
         floor = -sum(terms.get(k, 0.0) for k in _OFFSETS)
         verdict = consider_shift(

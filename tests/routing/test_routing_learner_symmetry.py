@@ -161,7 +161,7 @@ def test_estimates_stay_within_bounds_for_any_samples(
         assert est.shift_ms >= 0.0 and math.isfinite(est.bias_dev_ms)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.floats(100.0, 900.0),  # how much slower the path got (ms)
     st.integers(0, 300),  # prompts while it was slow alternate between two sizes, so the
@@ -184,9 +184,10 @@ def test_after_the_truth_returns_the_estimate_is_within_10_percent_in_6_samples(
         predicted, truth = sum(_terms(learner.estimate("a"), prompt).values()), _truth(prompt)
         # 10%; plus the rate steps taken before the run showed an offset (the first samples
         # of a step look like a rate change as much as an offset: at most a couple of clipped
-        # steps, ~5% each, of the prefill), plus a ms of noise.
+        # steps, ~5% each, of the prefill), plus what the slow EWMA of the offset still holds
+        # (a few ms: far below a step, which is at least 20 ms).
         prefill = _truth(prompt) - _truth(0)
-        assert abs(predicted - truth) <= 0.1 * truth + 0.15 * prefill + 1.0
+        assert abs(predicted - truth) <= 0.1 * truth + 0.15 * prefill + 3.0
 
 
 @settings(max_examples=100, deadline=None)
