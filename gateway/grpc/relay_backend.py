@@ -124,13 +124,14 @@ class RelayBackend:
         failure: FailureKind | None = FailureKind.CANCELLED
         error: str | None = None  # the kind of a stream that broke, for the request log
         try:
-            yield StreamOpened(
-                (
-                    (ROUTE_KEY, opened.route.header()),
-                    (TIMING_KEY, render(opened.entries)),
-                    ("x-request-id", inbound.request_id),
-                )
-            )
+            initial = [
+                (ROUTE_KEY, opened.route.header()),
+                (TIMING_KEY, render(opened.entries)),
+                ("x-request-id", inbound.request_id),
+            ]
+            if opened.hop is not None:  # this hop's span (W3C traceresponse), as over HTTP
+                initial.append(("traceresponse", opened.hop.trace.traceparent()))
+            yield StreamOpened(tuple(initial))
             rename = public_model_renamer(inbound, opened)  # the client's model name
             async for event in opened.all_events():
                 if event.is_done:

@@ -252,6 +252,7 @@ class SpanTree:
                 "meridian.routing.policy": decision.policy,
                 "meridian.routing.candidates": len(decision.ranked),
                 "meridian.routing.rejected": len(decision.rejected),
+                "meridian.routing.explored": decision.explored,
             }
         start = record.route_started
         tree.child("route", SpanKind.INTERNAL, attrs, start, start + record.route_ms / 1000.0)

@@ -2,10 +2,10 @@
 (the same data). Regions and backends with their health, ejections, live predicted vs observed
 TTFT, traffic share, in-flight requests and cold/warm state.
 
-Served to loopback clients without proxy headers (as the route explainer) until the admin
-listener (gateway/admin) carries it; :func:`add_status_routes` mounts it on any application
-that has the gateway's relay. Nothing here runs on the request path: each call reads the
-current relay state and the observer's live numbers.
+Served on the admin listener only (gateway/admin: loopback by default; the public port answers
+404, as for a path that does not exist). :func:`add_status_routes` mounts it on any
+application that has the gateway's relay. Nothing here runs on the request path: each call
+reads the current relay state and the observer's live numbers.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 from aiohttp import web
 
 import gateway
-from gateway.errors import ApiError
-from gateway.explain import _is_local_admin as is_local_admin
+from gateway.admin import ADMIN, admin_only
 from gateway.observability.fleet_status import backend_statuses
 from gateway.observability.status_page import STATUS_HTML
 from gateway.relay import Relay
@@ -86,18 +85,7 @@ def status(relay: Relay, state_health: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _guard(request: web.Request) -> None:
-    if not is_local_admin(request):
-        raise ApiError(
-            403,
-            "the status page is served only to loopback clients without proxy headers",
-            "permission_error",
-            "admin_only",
-        )
-
-
 async def status_json(request: web.Request) -> web.Response:
-    _guard(request)
     shared = request.app.get(STATE)
     health = shared.health() if shared is not None else None
     state_health = (
@@ -107,10 +95,12 @@ async def status_json(request: web.Request) -> web.Response:
 
 
 async def status_page(request: web.Request) -> web.Response:
-    _guard(request)
     return web.Response(text=STATUS_HTML, content_type="text/html", charset="utf-8")
 
 
 def add_status_routes(app: web.Application) -> None:
     app.router.add_get(STATUS_PATH, status_page)
     app.router.add_get(STATUS_JSON_PATH, status_json)
+    if ADMIN in app:  # the gateway's application: the admin listener only
+        admin_only(app, STATUS_PATH)
+        admin_only(app, STATUS_JSON_PATH)

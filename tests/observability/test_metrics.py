@@ -125,6 +125,8 @@ async def test_every_documented_metric_is_exported() -> None:
             grpc_chat(max_tokens=3, stream_options=pb.StreamOptions(include_usage=True))
         )
         assert [chunk async for chunk in call]
+        traceresponse = dict(await call.initial_metadata())["traceresponse"]
+        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]", traceresponse)
         registry = door.gateway.app[METRICS].registry
         text = generate_latest(registry).decode()
     helps = set(re.findall(r"^# HELP (\S+)", text, re.MULTILINE))
