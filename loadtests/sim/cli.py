@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = simulate(scenario, trace, policy)
         run = dataclasses.replace(run, wall_s=time.perf_counter() - started)
         runs.append(run)
-        summaries.append(summarize(run, trace))
+        goal = scenario.objective
+        summaries.append(summarize(run, trace, goal.ttft_ms, goal.itl_ms))
         print(f"  {policy}: {run.wall_s:.1f} s", flush=True)
     comparison = compare(summaries)
     print()

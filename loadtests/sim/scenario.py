@@ -157,6 +157,15 @@ class BackendGroup(_Strict):
     price: PriceConfig | None = Field(default=None, description="as a gateway backend's price")
 
 
+class Objective(_Strict):
+    """The joint objective goodput counts against: a request is good when both hold."""
+
+    ttft_ms: float = Field(default=500.0, gt=0, description="first token within this")
+    itl_ms: float = Field(
+        default=50.0, gt=0, description="...and tokens this far apart on average after it"
+    )
+
+
 class Scenario(_Strict):
     name: str = "scenario"
     description: str = ""
@@ -176,6 +185,7 @@ class Scenario(_Strict):
     workloads: Mapping[str, Workload] = Field(min_length=1)
     events: Sequence[TimedEvent] = ()
     policy_params: Mapping[str, Mapping[str, Any]] = Field(default_factory=dict)
+    objective: Objective = Objective()
     early_rejection_quantile: float = Field(
         default=0.9, ge=0.5, le=0.999, description="of '+reject' runs (routing.deadline)"
     )

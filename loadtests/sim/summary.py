@@ -9,6 +9,10 @@ Definitions:
 - cross-region share: requests served outside the client's own region.
 - calibration (policies that predict): median |predicted - actual| / actual TTFT, and the
   share of actual TTFTs at or below the predicted p90.
+- goodput: the share of requests that met the scenario's joint objective, TTFT within
+  ``objective.ttft_ms`` and mean inter-token gap (end-to-end minus TTFT, over the tokens
+  after the first) within ``objective.itl_ms``; rejected requests count as missed. (The
+  simulator keeps no per-token times, so it is each request's mean ITL, not its p99.)
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Summary:
     cross_region_share: float
     calibration_median_rel_error: float | None
     calibration_below_p90: float | None
+    goodput: float
     per_backend_requests: Mapping[str, int]
     wall_s: float
 
@@ -60,7 +65,18 @@ def _max_over_mean(values: F64) -> float:
     return float(values.max()) / mean if mean > 0 else float("nan")
 
 
-def summarize(run: PolicyRun, trace: Trace) -> Summary:
+def _goodput(
+    ttft: F64, e2e: F64, output: F64, requests: int, ttft_ms: float, itl_ms: float
+) -> float:
+    gaps = np.maximum(output - 1.0, 1.0)
+    itl = np.where(output > 1, (e2e - ttft) / gaps, 0.0)
+    good = int(((ttft <= ttft_ms) & (itl <= itl_ms)).sum())
+    return good / requests if requests else float("nan")
+
+
+def summarize(
+    run: PolicyRun, trace: Trace, ttft_ms: float = 500.0, itl_ms: float = 50.0
+) -> Summary:
     res = run.results
     done = ~np.isnan(res.ttft_ms)
     prompt, long_form = res.prompt_tokens, res.long_form
@@ -93,6 +109,9 @@ def summarize(run: PolicyRun, trace: Trace) -> Summary:
         cross_region_share=cross / completed if completed else float("nan"),
         calibration_median_rel_error=rel_error,
         calibration_below_p90=below,
+        goodput=_goodput(
+            ttft, e2e, res.output_tokens[done].astype(np.float64), len(trace), ttft_ms, itl_ms
+        ),
         per_backend_requests={b.name: int(counts[b.index]) for b in run.backends},
         wall_s=run.wall_s,
     )  # fmt: skip
