@@ -105,3 +105,21 @@ async def test_a_renamed_metric_is_one_warning_and_a_metric(caplog) -> None:
     for signal in EXPECTED[Engine.VLLM]:
         labels = {"backend": "b", "signal": signal}
         assert registry.get_sample_value("meridian_engine_signal_missing", labels) == 0.0
+
+
+async def test_a_page_with_none_of_the_engines_names_is_one_warning_and_a_metric(caplog) -> None:
+    """An SGLang server configured as ``engine: vllm``: every scrape fails the same way."""
+    caplog.set_level(logging.WARNING, logger="gateway.signals.engine_metrics")
+    registry = CollectorRegistry()
+    metrics = SignalMetrics(registry)
+    async with canned_backend(CannedBackend(metrics_page=page("sglang-0.5.prom"))) as backend:
+        scraper = EngineMetricsScraper(
+            [target("b", backend.url)], EngineMetricsConfig(), observer=metrics
+        )
+        for _ in range(4):
+            await scraper.scrape_once(target("b", backend.url))
+        await scraper.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "wrong engine?" in warnings[0], warnings
+    labels = {"backend": "b", "kind": "missing_metrics"}
+    assert registry.get_sample_value("meridian_scrape_errors_total", labels) == 4.0
