@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.admin import ADMIN, admin_gate, install_admin
+from gateway.auth.wiring import auth_gate, check_listener, install_auth, shared_keys_ctx
 from gateway.chain.summary import add_chain_routes
 from gateway.config import ConfigError, GatewayConfig
 from gateway.door.expect import guard_expect
@@ -57,7 +58,8 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[openai_errors, admin_gate], client_max_size=config.limits.max_body_bytes
+        middlewares=[openai_errors, auth_gate, admin_gate],
+        client_max_size=config.limits.max_body_bytes,
     )
     install_admin(app, config.admin.public_metrics)  # gateway/admin: which routes are admin-only
     metrics = GatewayMetrics()
@@ -75,6 +77,19 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
+    authenticator = install_auth(app, config.auth)  # gateway/auth: keys, tenants, hop keys
+    if (
+        authenticator.enabled
+        and config.auth.redis_keys
+        and config.state.backend.startswith("redis")
+    ):
+        from gateway.state.connect import redis_client
+
+        app.cleanup_ctx.append(
+            shared_keys_ctx(
+                lambda: redis_client(config.state), config.state.key_prefix, metrics.registry
+            )
+        )
     metrics.registry.register(FleetStatusCollector(lambda: relay.state))
 
     async def upstream_pool(app: web.Application) -> AsyncIterator[None]:
@@ -154,6 +169,11 @@ async def start_gateway(
     runner = DoorRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     bind_host = host or config.listen.host
+    try:
+        check_listener(config.auth, bind_host)  # auth unconfigured: loopback only
+    except BaseException:
+        await runner.cleanup()
+        raise
     site = web.TCPSite(
         runner, bind_host, config.listen.port if port is None else port, reuse_port=reuse_port
     )

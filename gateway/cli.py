@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("loadtests.sim.cli", "run a fleet-scale routing simulation scenario"),
     "state": ("gateway.commands.state", "inspect shared state stored in Redis"),
     "explain": ("gateway.commands.explain", "show how a request would be routed, term by term"),
+    "keys": ("gateway.commands.keys", "create, list and revoke API keys"),
 }
 
 USAGE = "usage: meridian [--version] <command> [args...]\n\ncommands:\n" + "\n".join(

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from gateway.admin.config import AdminConfig
+from gateway.auth.config import AuthConfig
 from gateway.backend_urls import check_backend_url
 from gateway.chain.config import ChainConfig
 from gateway.model_names import check_aliases
@@ -350,6 +351,10 @@ class GatewayConfig(_Strict):
     state: StateConfig = StateConfig()  # shared between replicas (gateway/state/README.md)
     chain: ChainConfig = ChainConfig()  # gateways forwarding to gateways (gateway/chain)
     placement: PlacementConfig = PlacementConfig()
+    auth: AuthConfig = Field(
+        default_factory=lambda: AuthConfig(),
+        description="Who may call: API keys, tenants from keys, hop keys (docs/security.md).",
+    )
     admin: AdminConfig = Field(
         default_factory=lambda: AdminConfig(),
         description="The admin listener: state, metrics, readiness details (gateway/admin).",

@@ -87,6 +87,12 @@ async def start_embedded_fleet(host: str = "127.0.0.1") -> AsyncIterator[Gateway
             )
             backends.append(backend_entry(spec, running.url))
         yield parse_config(
-            {"region": GATEWAY_REGION, "regions": region_entries(fleet), "backends": backends},
+            {
+                "region": GATEWAY_REGION,
+                "regions": region_entries(fleet),
+                "backends": backends,
+                # A demo in front of emulators: no keys, and the start log says auth is off.
+                "auth": {"mode": "off"},
+            },
             "<embedded default>",
         )

@@ -18,11 +18,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.admin import on_admin_listener
+from gateway.auth.authenticator import authorize
+from gateway.auth.wiring import principal_of
 from gateway.chain.hop import HOP_HEADERS
 from gateway.doors.models import model_object
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
-from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
+from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from
 from gateway.objectives import apply as apply_objective
 from gateway.relay import Relay
 from gateway.signals.outlier import FailureKind
@@ -36,6 +38,7 @@ from gateway.workers.metrics_view import METRICS_VIEW
 
 log = logging.getLogger("meridian.http")
 
+TENANT_HEADER = "X-Meridian-Tenant"
 TIMING_COMMENT_PREFIX = "meridian-timing "
 _CLIENT_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
@@ -87,21 +90,24 @@ async def _completion(
     writer: SseWriter | None = None
     inbound: InboundRequest | None = None
     try:
+        principal = principal_of(request)
         body = await _read_body(request)
         client = relay.fleet.locate(request.remote, request.headers.getall("X-Forwarded-For", None))
         inbound = parse_inbound(
             endpoint,
             body,
             request_id=request_id,
-            tenant=tenant_from(request.headers.get("X-Meridian-Tenant")),
+            tenant=principal.tenant,  # from the key (gateway/auth), never a client header
             origin=client.origin,
             known_models=relay.known_models,
             received_at=received_at,
         )
+        authorize(principal, inbound.model)  # 403: scope or model not allowed for this key
         inbound = apply_objective(inbound, relay.config.objectives, request.headers)
         model_label = inbound.model
         streams = relay.config.streams
         forward = _forward_headers(request, request_id)
+        forward[TENANT_HEADER] = principal.tenant  # a chained gateway believes it from a hop
         if inbound.stream and streams.early_headers != "never":
             writer = SseWriter(request, streams)
             opened = await _open_keeping_alive(relay, inbound, forward, writer, request_id)

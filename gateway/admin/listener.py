@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gateway.auth.keys import PRINCIPAL
 from gateway.errors import ApiError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,6 +71,12 @@ def _not_found(request: web.Request) -> ApiError:
     )
 
 
+def _has_admin_scope(request: web.Request) -> bool:
+    """An API key with the ``admin`` scope (gateway/auth) reaches admin routes publicly."""
+    principal = request.get(PRINCIPAL)
+    return principal is not None and "admin" in principal.scopes
+
+
 @web.middleware
 async def admin_gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     listener = request.app.get(ADMIN)
@@ -80,6 +87,6 @@ async def admin_gate(request: web.Request, handler: Handler) -> web.StreamRespon
     if admin_socket:
         if path not in _BOTH and not listener.is_admin_path(path):
             raise _not_found(request)
-    elif listener.is_admin_path(path):
+    elif listener.is_admin_path(path) and not _has_admin_scope(request):
         raise _not_found(request)
     return await handler(request)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import orjson
 from aiohttp import web
 
+from tests.servers import serving
+
 BACKEND_CANARY = "sk-backendCANARY7f3a9c2e5d1b"
 CLIENT_CANARY = "sk-clientCANARY4e8b0d6a2f9c"
 INTERNAL = "ConnectionKey(host='10.11.12.13', port=8000)"
@@ -76,7 +78,6 @@ async def _answer(request: web.Request, state: LeakyBackend) -> web.StreamRespon
 @contextlib.asynccontextmanager
 async def leaky_backend(mode: str = "401") -> AsyncIterator[LeakyBackend]:
     app = web.Application()
-    runner = web.AppRunner(app, access_log=None)
     state = LeakyBackend(url="", mode=mode)
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -84,12 +85,6 @@ async def leaky_backend(mode: str = "401") -> AsyncIterator[LeakyBackend]:
 
     app.router.add_post("/v1/chat/completions", handler)
     app.router.add_post("/v1/completions", handler)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"http://127.0.0.1:{port}"
-    try:
+    async with serving(app) as url:
+        state.url = url
         yield state
-    finally:
-        await runner.cleanup()

@@ -1,0 +1,92 @@
+"""Keys and configs for the auth tests, and an upstream that records the tenant it was sent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.auth.keys import digest, new_key
+from tests.servers import serving
+
+MODEL = "test-model"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    key: str
+    entry: dict[str, Any]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+async def until(predicate: Callable[[], bool], within_s: float = 10.0) -> None:
+    """Until ``predicate`` holds (an event the test waits for), bounded so a bug fails loudly."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met")
+        await asyncio.sleep(0.01)
+
+
+def issue(
+    tenant: str,
+    models: list[str] | None = None,
+    scopes: list[str] | None = None,
+    expired: bool = False,
+) -> IssuedKey:
+    key, key_id = new_key()
+    entry: dict[str, Any] = {"id": key_id, "sha256": digest(key), "tenant": tenant}
+    if models is not None:
+        entry["models"] = models
+    if scopes is not None:
+        entry["scopes"] = scopes
+    if expired:
+        entry["expires_at"] = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    return IssuedKey(key, entry)
+
+
+@dataclass
+class Recorder:
+    url: str = ""
+    tenants: list[str | None] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def recording_backend() -> AsyncIterator[Recorder]:
+    """An OpenAI-compatible upstream (non-streaming) that notes each X-Meridian-Tenant."""
+    recorder = Recorder()
+
+    async def chat(request: web.Request) -> web.Response:
+        recorder.tenants.append(request.headers.get("X-Meridian-Tenant"))
+        body = {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": MODEL,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "hi"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    async with serving(app) as url:
+        recorder.url = url
+        yield recorder
