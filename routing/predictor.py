@@ -182,11 +182,17 @@ def predict(
         ttft += downstream
     np.maximum(ttft, 0.0, out=ttft)
     e2e = None
+    p = rt.params
+    max_tokens = profile.max_tokens
+    output = max_tokens if max_tokens is not None else p.default_output_tokens
     if profile.latency_class is LatencyClass.LONG_FORM:
-        max_tokens = profile.max_tokens
-        output = max_tokens if max_tokens is not None else rt.params.default_output_tokens
         e2e = ttft + rt.itl * output
     full = ttft if e2e is None else e2e
+    # The whole answer: what this request's decode costs itself (interactive requests; a
+    # long-form one is scored on it already) and what it costs the requests running there.
+    own = p.interactive_decode_weight if e2e is None else 0.0
+    if own > 0.0 or p.others_decode_weight > 0.0:
+        full = full + output * (own * rt.itl + p.others_decode_weight * rt.others)
     placement = _placement(view, profile.region_penalty_ms)
     if placement is not None:
         full = full + placement

@@ -50,6 +50,7 @@ class RowTerms:
         self.base = empty
         self.step_room = empty  # prefill tokens per step beside that batch
         self.itl = empty  # ITL at the batch a new request would join (long-form)
+        self.others = empty  # ms a new request adds to the running batch per token it decodes
         self.idle_base = empty  # last traffic or reservation (-inf: none; +inf: never cold)
         self.cold_after = empty  # idle time where P(cold) starts to rise
         self.cold_ramp = empty  # ...and the idle time it takes to reach 1
@@ -81,8 +82,8 @@ class RowTerms:
         self._view, self._load_generation = view, load.generation
         size = len(view)
         for name in (
-            "rtt", "queue", "decode", "base", "step_room", "itl", "idle_base", "cold_after",
-            "cold_ramp", "warm_until", "keep_warm_due",
+            "rtt", "queue", "decode", "base", "step_room", "itl", "others", "idle_base",
+            "cold_after", "cold_ramp", "warm_until", "keep_warm_due",
         ):  # fmt: skip
             setattr(self, name, np.zeros(size))
         # What configuration says per row, as plain lists: read once per row per change.
@@ -143,6 +144,9 @@ class RowTerms:
         joined = depth + 1.0 if depth + 1.0 < seqs else seqs
         scale = 1.0 + slope * (joined / seqs - 0.5)
         self.itl[row] = learned.itl_ms.item(row) * (scale if scale > 0.25 else 0.25)
+        # Joining a batch with room slows each of its ``batch`` sequences by a slope's share
+        # of the ITL per step; a full batch is joined later, when one leaves (no net change).
+        self.others[row] = batch * learned.itl_ms.item(row) * slope / seqs if depth < seqs else 0.0
         if self.scales:
             self._cold_inputs(view, load, row)
 

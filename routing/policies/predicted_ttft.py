@@ -57,6 +57,19 @@ class PredictedTTFTParams(CommonParams):
         description="weight of the correction learned over identically configured backends of "
         "a region (the rest: each backend's own)",
     )
+    interactive_decode_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="weight of an interactive request's own decode time (ITL at the batch it "
+        "joins x expected output) in its score; long-form requests weigh it fully",
+    )
+    others_decode_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="weight of the ITL a request adds to the batch it joins, over its output",
+    )
     learned_half_life_s: float = Field(
         default=60.0,
         gt=0,
@@ -156,6 +169,8 @@ class PredictedTTFTScorer:
             itl_batch_slope=params.itl_batch_slope,
             keep_warm_after=params.keep_warm_after,
             evidence_horizon_s=params.explore_horizon_s,
+            interactive_decode_weight=params.interactive_decode_weight,
+            others_decode_weight=params.others_decode_weight,
         )
         self.learned = LearnedColumns(
             self.learner, params.default_output_tokens, params.default_prompt_tokens
