@@ -4,11 +4,11 @@ batch it joins, weighted by configuration (issue 14, finding 4)."""
 from __future__ import annotations
 
 from routing.policies import build_router
-from routing.types import LatencyClass
+from routing.types import FleetSnapshot, LatencyClass
 from tests.routing.routing_fixtures import fleet, profile, state
 
 
-def _snapshot():  # type: ignore[no-untyped-def]
+def _snapshot() -> FleetSnapshot:
     # Equal TTFT terms but for the batch: "busy" decodes 200 sequences, "quiet" 10.
     return fleet(
         state("busy", rtt_ms=2.0, running=200, waiting=0, as_of=0.0),
