@@ -131,6 +131,7 @@ class Simulation:
         if chosen is None:
             self.results.rejected(i)
             return
+        self.results.explorations += decision.explored
         refusing = self.reject and deadline is not None
         if refusing and self._refuse(i, request.gateway, decision, profile, now):
             return

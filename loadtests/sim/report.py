@@ -25,6 +25,7 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("calibration_median_rel_error", "|err|", "{:.1%}"),
     ("calibration_below_p90", "<p90", "{:.1%}"),
     ("goodput", "good", "{:.1%}"),
+    ("exploration_share", "expl", "{:.2%}"),
     ("wall_s", "wall s", "{:.1f}"),
 )
 

@@ -31,6 +31,7 @@ class ResultColumns:
         self.arrived_at: F64 = nan.copy()  # when the request reached its gateway
         self.backends = backends
         self.rejections = 0
+        self.explorations = 0  # decisions that went to re-measure a backend (Decision.explored)
         # Objectives, deadlines and spend (docs/slo.md); NaN: the request has none.
         self.objective_ms: F64 = nan.copy()
         self.deadline_ms: F64 = nan.copy()

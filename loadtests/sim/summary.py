@@ -9,6 +9,7 @@ Definitions:
 - cross-region share: requests served outside the client's own region.
 - calibration (policies that predict): median |predicted - actual| / actual TTFT, and the
   share of actual TTFTs at or below the predicted p90.
+- exploration share: routed requests sent to re-measure a backend whose evidence was old.
 - goodput: the share of requests that met the scenario's joint objective, TTFT within
   ``objective.ttft_ms`` and mean inter-token gap (end-to-end minus TTFT, over the tokens
   after the first) within ``objective.itl_ms``; rejected requests count as missed. (The
@@ -49,6 +50,7 @@ class Summary:
     calibration_median_rel_error: float | None
     calibration_below_p90: float | None
     goodput: float
+    exploration_share: float  # of routed requests, sent to re-measure a backend
     per_backend_requests: Mapping[str, int]
     wall_s: float
 
@@ -112,6 +114,7 @@ def summarize(
         goodput=_goodput(
             ttft, e2e, res.output_tokens[done].astype(np.float64), len(trace), ttft_ms, itl_ms
         ),
+        exploration_share=res.explorations / max(1, len(trace) - res.rejections),
         per_backend_requests={b.name: int(counts[b.index]) for b in run.backends},
         wall_s=run.wall_s,
     )  # fmt: skip

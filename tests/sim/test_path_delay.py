@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtests.sim.loop import Simulation
+from loadtests.sim.loop import Simulation, simulate
 from loadtests.sim.path_events import reactions
 from loadtests.sim.scenario import ScenarioError, parse_scenario
+from loadtests.sim.summary import summarize
 from loadtests.sim.trace import build_trace
 from tests.sim.conftest import build, tiny
 
@@ -73,3 +74,15 @@ def test_overlapping_delays_add_up_and_unknown_backends_are_refused() -> None:
     )
     refused = parse_scenario(backwards, "x.yaml")
     assert isinstance(refused, ScenarioError) and "events[0].end_s" in refused.message
+
+
+def test_explorations_are_counted_and_stay_within_the_budget() -> None:
+    raw = _delayed(end_s=1e6, probes_see=False) | {
+        "duration_s": 60,
+        "clients": {"users": {"region": "near", "rate_rps": 20}},
+        "policy_params": {"predicted_ttft": {"explore_share": 0.02}},
+    }
+    scenario = build(raw)
+    trace = build_trace(scenario)
+    summary = summarize(simulate(scenario, trace, "predicted_ttft"), trace)
+    assert 0.0 < summary.exploration_share <= 0.02 + 2.0 / len(trace)
