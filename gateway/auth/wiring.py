@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gateway.admin import on_admin_listener
-from gateway.auth.authenticator import Authenticator, KeyRing
+from gateway.auth.authenticator import Authenticator, KeyRing, authorize
 from gateway.auth.config import AuthConfig
 from gateway.auth.keys import PRINCIPAL, Principal, StoredKey
 from gateway.errors import ApiError
@@ -111,6 +111,17 @@ def shared_keys_ctx(
             await close()
 
     return lifecycle
+
+
+def door_check(authenticator: Authenticator) -> Callable[[str | None, str | None, str], str]:
+    """For a door without middleware (gRPC): authenticate, authorize the model, the tenant."""
+
+    def check(authorization: str | None, claimed_tenant: str | None, model: str) -> str:
+        principal = authenticator.authenticate(authorization, claimed_tenant)
+        authorize(principal, model)
+        return principal.tenant
+
+    return check
 
 
 def principal_of(request: web.Request) -> Principal:

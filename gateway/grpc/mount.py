@@ -8,10 +8,12 @@ configured port was 0, ``drain()`` to report NOT_SERVING before shutdown).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.auth.wiring import AUTH, door_check
 from gateway.config import GatewayConfig
 from gateway.grpc.relay_backend import RelayBackend
 from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
@@ -43,6 +45,8 @@ async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     backend = RelayBackend(app[RELAY], app[CONFIG], app[METRICS])
+    limits = dataclasses.replace(server_config.limits, authenticate=door_check(app[AUTH]))
+    server_config = dataclasses.replace(server_config, limits=limits)
     async with serving_grpc(backend, server_config) as running:
         app[GRPC_SERVER] = running
         yield

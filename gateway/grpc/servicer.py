@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from gateway.errors import ApiError
 from gateway.grpc.backend import (
     BackendRequest,
     InferenceBackend,
@@ -46,6 +47,7 @@ from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
 log = logging.getLogger("meridian.grpc")
 
 TENANT_KEY = "x-meridian-tenant"
+AUTHORIZATION_KEY = "authorization"
 REQUEST_ID_KEY = "x-request-id"
 FORWARDED_FOR_KEY = "x-forwarded-for"
 FORWARDED_KEYS = frozenset({"traceparent", "tracestate"})
@@ -54,10 +56,16 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 Chunk = TypeVar("Chunk", pb.ChatCompletionChunk, pb.CompletionChunk)
 
 
+# (authorization metadata, claimed tenant, model) -> the tenant to act for, or raises ApiError.
+Authenticate = Callable[[str | None, str | None, str], str]
+
+
 @dataclass(frozen=True, slots=True)
 class ServicerLimits:
     # The converted JSON body is held to the HTTP door's limit, so both doors accept the same.
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # gateway/auth: keys and tenants, as at the HTTP door. None: the claimed tenant is believed.
+    authenticate: Authenticate | None = None
 
 
 def peer_address(peer: str | None) -> str | None:
@@ -128,11 +136,19 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 f"request is {len(body)} bytes as JSON; the limit is {self.limits.max_body_bytes}",
             )
         metadata = _text_metadata(context)
+        tenant = converted.tenant or metadata.get(TENANT_KEY)
+        if self.limits.authenticate is not None:
+            try:
+                model = str(converted.body.get("model", ""))
+                tenant = self.limits.authenticate(metadata.get(AUTHORIZATION_KEY), tenant, model)
+            except ApiError as err:
+                failure = failure_for_error(err)
+                await context.abort(failure.code, failure.details, failure.trailing_metadata)
         return BackendRequest(
             kind=kind,
             body=body,
             request_id=request_id,
-            tenant=converted.tenant or metadata.get(TENANT_KEY),
+            tenant=tenant,
             timeout_s=context.time_remaining(),
             forward_metadata=tuple((k, v) for k, v in metadata.items() if k in FORWARDED_KEYS),
             received_at=received_at,
