@@ -108,7 +108,8 @@ def test_readme_commands_parse_as_written(tmp_path: Path) -> None:
             continue
         if words[:1] == ["sim"]:
             words.append("--help")  # a full simulation is tests/sim's job; the file must exist
-            assert (ROOT / words[1]).exists() or words[1] == "SCENARIO.yaml"
+            target = words[2] if words[1] == "--replay" else words[1]  # a trace, or a scenario
+            assert (ROOT / target).exists() or target == "SCENARIO.yaml"
         done = subprocess.run(
             [*MERIDIAN, *words], capture_output=True, text=True, timeout=120, cwd=ROOT
         )
