@@ -24,9 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 import yaml
-from numpy import percentile
 
 from loadtests.bench.output import write_requests_csv
 from loadtests.bench.runner import BenchOptions, run_bench
@@ -39,7 +40,6 @@ from loadtests.sim.replay_cli import recorded_spend
 from loadtests.sim.replay_fleet import replay_fleet
 from loadtests.sim.replay_import import from_bench_csv
 from loadtests.sim.replay_trace import ReplayTrace, write_trace
-from loadtests.sim.summary import summarize
 
 # Per million tokens: premium GPUs next to the gateway, cheaper ones further away, serverless
 # at a per-token premium in each region.
@@ -83,6 +83,7 @@ def replay(
     policies: list[str],
     objective_ms: float,
     trace_out: Path,
+    warmup_s: float,
 ) -> dict[str, Any]:
     recorded = from_bench_csv(csv_path, WORKLOAD)
     write_trace(trace_out, recorded)  # as recorded: no objective
@@ -103,36 +104,54 @@ def replay(
         fleet = replay_fleet(FLEET, config_path, None, span)
     assert not isinstance(fleet, str), fleet
     trace = ReplayTrace(recorded, fleet.scenario.regions, fleet.gateway_region)
-    rows = {}
-    for policy in policies:
-        rows[policy] = summarize(simulate(fleet.scenario, trace, policy), trace)
-    got = [line.recorded for line in recorded.lines if line.recorded is not None]
     names = [g.name for g in fleet.scenario.backends]
-    counts = {n: sum(1 for r in got if r.backend == n) for n in names}
-    total = max(sum(counts.values()), 1)
-    ttfts = sorted(r.ttft_ms for r in got if r.ttft_ms is not None)
-    out: dict[str, Any] = {
-        "requests": len(recorded.lines),
-        "recorded": {
-            "split": {n: counts[n] / total for n in names},
-            "ttft_p50_ms": float(percentile(ttfts, 50)),
-            "ttft_p99_ms": float(percentile(ttfts, 99)),
-        },
-        "replays": {},
+    start = recorded.lines[0].t_s
+    windows = {
+        "all": np.ones(len(recorded.lines), np.bool_),
+        f"after {warmup_s:g} s": np.asarray([ln.t_s - start >= warmup_s for ln in recorded.lines]),
     }
+    got_backend = [ln.recorded.backend if ln.recorded else None for ln in recorded.lines]
+    got_ttft = np.asarray(
+        [
+            ln.recorded.ttft_ms if ln.recorded and ln.recorded.ttft_ms else np.nan
+            for ln in recorded.lines
+        ]
+    )
+    out: dict[str, Any] = {"requests": len(recorded.lines), "warmup_s": warmup_s, "recorded": {}}
+    for label, mask in windows.items():
+        out["recorded"][label] = _window(names, got_backend, got_ttft, mask)
     out["recorded"]["spend"] = recorded_spend(recorded, fleet.scenario)
-    for policy, s in rows.items():
-        served = max(sum(s.per_backend_requests.values()), 1)
-        split = {n: s.per_backend_requests.get(n, 0) / served for n in names}
-        out["replays"][policy] = {
-            "split": split,
-            "split_max_diff_pp": 100
-            * max(abs(split[n] - out["recorded"]["split"][n]) for n in names),
-            "ttft_p50_ms": s.ttft_p50_ms,
-            "ttft_p50_ratio": s.ttft_p50_ms / out["recorded"]["ttft_p50_ms"],
-            "ttft_p99_ms": s.ttft_p99_ms,
-        }
+    out["replays"] = {}
+    for policy in policies:
+        run = simulate(fleet.scenario, trace, policy)
+        res = run.results
+        backend = [run.backends[b].name if b >= 0 else None for b in res.backend.tolist()]
+        entry: dict[str, Any] = {"spend": float(res.cost.sum())}
+        for label, mask in windows.items():
+            mine = _window(names, backend, res.ttft_ms, mask)
+            theirs = out["recorded"][label]
+            mine["split_max_diff_pp"] = 100 * max(
+                abs(mine["split"][n] - theirs["split"][n]) for n in names
+            )
+            mine["ttft_p50_ratio"] = mine["ttft_p50_ms"] / theirs["ttft_p50_ms"]
+            entry[label] = mine
+        out["replays"][policy] = entry
     return out
+
+
+def _window(
+    names: list[str], backend: list[str | None], ttft_ms: npt.NDArray[np.float64], mask: Any
+) -> dict[str, Any]:
+    """Per-backend split and TTFT p50 / p99 of the requests in ``mask``."""
+    chosen = [b for b, keep in zip(backend, mask.tolist(), strict=True) if keep and b]
+    total = max(len(chosen), 1)
+    ttfts = ttft_ms[mask & ~np.isnan(ttft_ms)]
+    return {
+        "requests": len(chosen),
+        "split": {n: chosen.count(n) / total for n in names},
+        "ttft_p50_ms": float(np.percentile(ttfts, 50)),
+        "ttft_p99_ms": float(np.percentile(ttfts, 99)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,25 +162,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--objective-ms", type=float, default=1000.0, help="for slo_cost")
     parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
     parser.add_argument("--trace-out", type=Path, default=None, help="keep the trace here")
+    parser.add_argument(
+        "--warmup", type=float, default=10.0,
+        help="also compare only requests after this many seconds (the fresh gateway's start-up)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / f"bench_replay-{args.policy}-requests.csv"
     config = asyncio.run(record(args.policy, args.rate, args.duration, csv_path))
     trace_out = args.trace_out or args.out / f"bench_replay-{args.policy}.trace.jsonl"
     policies = list(dict.fromkeys([args.policy, "round_robin", "predicted_ttft", "slo_cost"]))
-    doc = replay(csv_path, config, policies, args.objective_ms, trace_out)
+    doc = replay(csv_path, config, policies, args.objective_ms, trace_out, args.warmup)
     doc.update(policy=args.policy, rate=args.rate, duration_s=args.duration)
     rec = doc["recorded"]
-    print(
-        f"recorded under {args.policy}: {doc['requests']} requests, TTFT p50 {rec['ttft_p50_ms']:.0f} ms, "
-        f"p99 {rec['ttft_p99_ms']:.0f} ms, spend {rec['spend']:.4f}"
-    )
-    print("  split " + ", ".join(f"{n} {v:.1%}" for n, v in rec["split"].items()))
-    for policy, r in doc["replays"].items():
+    print(f"recorded under {args.policy}: {doc['requests']} requests, spend {rec['spend']:.4f}")
+    for label, window in rec.items():
+        if label == "spend":
+            continue
         print(
-            f"replay {policy:<15} split off by <= {r['split_max_diff_pp']:.1f} pp, TTFT p50 "
-            f"{r['ttft_p50_ms']:.0f} ms ({r['ttft_p50_ratio']:.2f}x), p99 {r['ttft_p99_ms']:.0f} ms"
+            f"  {label}: {window['requests']} requests, TTFT p50 {window['ttft_p50_ms']:.0f} ms, "
+            f"p99 {window['ttft_p99_ms']:.0f} ms; split "
+            + ", ".join(f"{n} {v:.1%}" for n, v in window["split"].items() if v)
         )
+    for policy, entry in doc["replays"].items():
+        for label, r in entry.items():
+            if label == "spend":
+                continue
+            print(
+                f"replay {policy:<15} [{label}] split off by <= {r['split_max_diff_pp']:.1f} pp, "
+                f"TTFT p50 {r['ttft_p50_ms']:.0f} ms ({r['ttft_p50_ratio']:.2f}x), "
+                f"p99 {r['ttft_p99_ms']:.0f} ms"
+            )
+        print(f"replay {policy:<15} spend {entry['spend']:.4f}")
     path = write_results(args.out, f"bench_replay-{args.policy}", orjson.loads(orjson.dumps(doc)))
     print(f"wrote {path} and {trace_out}")
     return 0
