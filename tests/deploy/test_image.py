@@ -62,6 +62,7 @@ def test_image_serves_a_stream_and_drains_on_sigterm(backend: str, tmp_path: Pat
     config = {
         "region": "local",
         "listen": {"host": "127.0.0.1", "port": port},
+        "admin": {"port": 0},
         "regions": [{"name": "local"}],
         "backends": [
             {

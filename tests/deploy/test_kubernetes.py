@@ -85,7 +85,12 @@ def test_pod_outlives_its_drain_and_probes_the_right_endpoints(region: str) -> N
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": config["listen"]["port"], "grpc": config["listen"]["grpc_port"]}
+    assert ports == {
+        "http": config["listen"]["port"],
+        "grpc": config["listen"]["grpc_port"],
+        "admin": config["admin"]["port"],
+    }
+    assert config["admin"]["host"] == "0.0.0.0"  # Prometheus scrapes it through the pod IP
     assert container["resources"]["requests"]
     assert pod["affinity"]["podAntiAffinity"]
     assert pod["securityContext"]["runAsNonRoot"] is True

@@ -48,23 +48,16 @@ def test_topology_init_validate_and_test(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The topology applied to the example's tfvars, in a scratch root (no providers)."""
-    root = tmp_path_factory.mktemp("render")
-    inputs = ("regions", "rtt_ms", "links", "backends", "settings", "dns_name")
-    lines = [f'module "topology" {{\n  source = "{TOPOLOGY}"']
-    lines += [f"  {name} = var.{name}" for name in inputs]
-    lines += ["}"]
-    lines += [f'variable "{name}" {{ type = any }}' for name in (*inputs, "route53_zone_id")]
-    for name in ("operator_files", "operator_configs", "steering_records"):
-        lines.append(f'output "{name}" {{ value = module.topology.{name} }}')
-    (root / "main.tf").write_text("\n".join(lines) + "\n")
-    data = root / ".data"
-    terraform("init", "-input=false", cwd=root, data_dir=data)
-    terraform(
-        "apply", "-auto-approve", "-input=false", f"-var-file={TFVARS}", cwd=root, data_dir=data
-    )
-    outputs: dict[str, Any] = json.loads(terraform("output", "-json", cwd=root, data_dir=data))
-    return {name: value["value"] for name, value in outputs.items()}
+    """The topology applied to the example's tfvars by deploy/terraform/render.sh, the command
+    operators use (a scratch root with no providers)."""
+    out = tmp_path_factory.mktemp("render")
+    tool("terraform")  # render.sh needs it on PATH
+    run(["sh", TERRAFORM / "render.sh", TFVARS, out])
+    files = {region: (out / f"{region}.yaml").read_text() for region in REGIONS}
+    return {
+        "operator_files": files,
+        "steering_records": json.loads((out / "steering.json").read_text()),
+    }
 
 
 @pytest.mark.parametrize("region", REGIONS)

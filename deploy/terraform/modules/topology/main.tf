@@ -59,8 +59,10 @@ locals {
 
   operator_configs = {
     for name in local.region_names : name => merge(var.settings, {
-      region = name
-      listen = var.listen
+      version = 1 # the operator file format (docs/config-migration.md)
+      region  = name
+      listen  = var.listen
+      admin   = var.admin
       regions = [for other in local.region_names : {
         name     = other
         location = var.regions[other].location
@@ -79,6 +81,6 @@ locals {
 
   header = <<-EOT
     # Rendered by deploy/terraform/modules/topology; do not edit by hand: change the topology
-    # (regions, backends, links) and render again. Checked by: meridian check-config
+    # (regions, backends, links) and run deploy/terraform/render.sh. Check: meridian check-config
   EOT
 }

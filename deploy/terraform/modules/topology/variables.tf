@@ -68,6 +68,15 @@ variable "listen" {
   default = {}
 }
 
+variable "admin" {
+  description = "The admin listener (/metrics, state, readiness details): reachable by Prometheus inside the pod network, never published. Kubernetes' meridian-admin Service and ServiceMonitor use this port."
+  type = object({
+    host = optional(string, "0.0.0.0")
+    port = optional(number, 9090)
+  })
+  default = {}
+}
+
 variable "drain" {
   description = "Graceful stop: seconds readiness fails before draining starts, and the drain deadline. The Kubernetes terminationGracePeriodSeconds must exceed their sum (see steering output)."
   type = object({

@@ -53,6 +53,10 @@ run "one_operator_file_per_region" {
     condition     = output.operator_configs["us-east"].routing.policy == "predicted_ttft"
     error_message = "settings are copied into every file"
   }
+  assert {
+    condition     = output.operator_configs["eu-west"].admin == { host = "0.0.0.0", port = 9090 }
+    error_message = "the admin listener is on the pod network at the port the manifests expect"
+  }
 }
 
 run "round_trips_seen_from_each_region" {
