@@ -3,8 +3,11 @@ official openai SDK."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 import openai
+import pytest
 
 from loadtests.emulator.config import FaultConfig
 from tests.gateway.doors.support import config_with_apis
@@ -128,3 +131,52 @@ async def test_responses_retry_before_the_first_event(
         assert kinds[-1] in ("response.completed", "response.incomplete")
     await client.close()
     assert broken.stats.requests >= 1
+
+
+async def test_a_responses_stream_that_breaks_ends_with_an_error_event(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    backend = await emulator("b1", faults=FaultConfig(die_rate=1.0, die_after_tokens=2))
+    running = await gateway(config_with_apis({"b1": (backend.url, ["responses"])}))
+    body = {"model": MODEL, "input": "hi", "max_output_tokens": 20, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(running.url + "/v1/responses", json=body) as response:
+            assert response.status == 200
+            raw = await response.read()
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert events[0].startswith(b"event: response.created")
+    error = next(e for e in events if e.startswith(b"event: error"))
+    assert b'"type":"error"' in error
+    assert not any(b"response.completed" in e for e in events)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/embeddings", {"input": ""}, "input"),
+        ("/v1/responses", {"input": []}, "input"),
+        ("/v1/responses", {"input": ["not an object"]}, "input[0]"),
+    ],
+)
+async def test_bodies_the_api_refuses_are_400s(
+    emulator: EmulatorFactory, gateway: GatewayFactory, path: str, body: dict[str, Any], param: str
+) -> None:
+    backend = await emulator("b1")
+    running = await gateway(config_with_apis({"b1": (backend.url, ["embeddings", "responses"])}))
+    async with aiohttp.ClientSession() as session:
+        async with session.post(running.url + path, json={"model": MODEL, **body}) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+    assert error["param"] == param
+    assert backend.stats.requests == 0
+
+
+async def test_embeddings_of_token_arrays(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    backend = await emulator("b1")
+    running = await gateway(config_with_apis({"b1": (backend.url, None)}))
+    client = openai.AsyncOpenAI(base_url=running.url + "/v1", api_key="unused")
+    result = await client.embeddings.create(model=MODEL, input=[[1, 2, 3], [4, 5]])
+    await client.close()
+    assert len(result.data) == 2
