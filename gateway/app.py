@@ -13,6 +13,7 @@ from gateway.auth.wiring import auth_gate, check_listener, install_auth, shared_
 from gateway.chain.summary import add_chain_routes
 from gateway.config import ConfigError, GatewayConfig
 from gateway.door.expect import guard_expect
+from gateway.door.policy import DOOR, DoorMetrics, DoorPolicy
 from gateway.door.protocol import DoorRunner
 from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
@@ -77,6 +78,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
+    app[DOOR] = DoorPolicy(config.door, DoorMetrics.on(metrics.registry), app[ADMIN].ports)
     authenticator = install_auth(app, config.auth)  # gateway/auth: keys, tenants, hop keys
     if (
         authenticator.enabled
@@ -166,7 +168,13 @@ async def start_gateway(
         prepare(app)
     # handler_cancellation: a client that goes away cancels its handler, and with it the
     # upstream request — the GPU stops generating for nobody.
-    runner = DoorRunner(app, handler_cancellation=True, access_log=None)
+    runner = DoorRunner(
+        app,
+        door=app[DOOR],  # gateway/door: connection caps, header deadline
+        handler_cancellation=True,
+        access_log=None,
+        keepalive_timeout=config.door.keepalive_timeout_s,
+    )
     await runner.setup()
     bind_host = host or config.listen.host
     try:

@@ -27,6 +27,7 @@ from gateway.admin.config import AdminConfig
 from gateway.auth.config import AuthConfig
 from gateway.backend_urls import check_backend_url
 from gateway.chain.config import ChainConfig
+from gateway.door.config import DoorConfig
 from gateway.model_names import check_aliases
 from gateway.objectives import ObjectivesConfig
 from gateway.observability.config import LoggingConfig, TracingConfig
@@ -354,6 +355,10 @@ class GatewayConfig(_Strict):
     auth: AuthConfig = Field(
         default_factory=lambda: AuthConfig(),
         description="Who may call: API keys, tenants from keys, hop keys (docs/security.md).",
+    )
+    door: DoorConfig = Field(
+        default_factory=lambda: DoorConfig(),
+        description="Client timeouts and connection caps at the HTTP door (docs/security.md).",
     )
     admin: AdminConfig = Field(
         default_factory=lambda: AdminConfig(),

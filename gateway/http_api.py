@@ -21,6 +21,7 @@ from gateway.admin import on_admin_listener
 from gateway.auth.authenticator import authorize
 from gateway.auth.wiring import principal_of
 from gateway.chain.hop import HOP_HEADERS
+from gateway.door.policy import DOOR, body_too_slow
 from gateway.doors.models import model_object
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
@@ -74,9 +75,13 @@ async def _read_body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise too_large
     try:
-        return await request.read()
+        async with asyncio.timeout(request.app[RELAY].config.door.body_timeout_s):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise too_large from None
+    except TimeoutError:
+        request.app[DOOR].metrics.timeouts.labels("body").inc()
+        raise body_too_slow(request.app[RELAY].config.door.body_timeout_s) from None
 
 
 async def _completion(

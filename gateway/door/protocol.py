@@ -8,6 +8,7 @@ shape with fixed words instead, and logs one line naming only the status and the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -15,6 +16,8 @@ import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
+
+from gateway.door.policy import DoorPolicy
 
 log = logging.getLogger("meridian.door")
 
@@ -36,7 +39,66 @@ def error_body(status: int) -> bytes:
     return orjson.dumps(body)
 
 
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    + f"Content-Length: {len(error_body(408))}\r\n\r\n".encode()
+    + error_body(408)
+)
+
+
 class DoorRequestHandler(RequestHandler):
+    """Adds to aiohttp's handler: connection caps, a deadline for the first request head, and
+    error answers that reflect nothing."""
+
+    def __init__(self, manager: web.Server, *, door: DoorPolicy | None = None, **kwargs: Any):
+        super().__init__(manager, **kwargs)
+        self._door = door
+        self._counted_as: str | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        door = self._door
+        if door is None:
+            return
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        client = str(peer[0]) if isinstance(peer, tuple) else "unix"
+        local_port: int | str | None = local if isinstance(local, str) else None
+        if isinstance(local, tuple) and len(local) >= 2:
+            local_port = int(local[1])
+        if local_port in door.exempt_ports:
+            return
+        if not door.admit(client, local_port):
+            self.force_close()  # before a byte is read: the cheapest refusal there is
+            return
+        self._counted_as = client
+        self._head_timer = self._loop.call_later(door.config.header_timeout_s, self._head_late)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._head_timer is not None and (self._messages or self._request_in_progress):
+            self._head_timer.cancel()  # a whole head arrived; keep-alive bounds the next ones
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._messages or self._request_in_progress or self.transport is None:
+            return
+        assert self._door is not None
+        self._door.metrics.timeouts.labels("headers").inc()
+        self.transport.write(_TIMEOUT_RESPONSE)
+        self.force_close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        if self._counted_as is not None and self._door is not None:
+            self._door.release(self._counted_as)
+            self._counted_as = None
+        super().connection_lost(exc)
+
     def handle_error(
         self,
         request: BaseRequest,
@@ -62,21 +124,29 @@ class DoorRequestHandler(RequestHandler):
 class DoorServer(web.Server):
     """An aiohttp ``Server`` whose connections are :class:`DoorRequestHandler`."""
 
+    door: DoorPolicy | None = None
+
     def __call__(self) -> RequestHandler:
-        return DoorRequestHandler(self, loop=self._loop, **self._kwargs)
+        return DoorRequestHandler(self, door=self.door, loop=self._loop, **self._kwargs)
 
 
 class DoorRunner(web.AppRunner):
-    """``web.AppRunner`` serving through :class:`DoorServer` (same arguments)."""
+    """``web.AppRunner`` serving through :class:`DoorServer`; ``door`` adds caps and timeouts."""
+
+    def __init__(self, app: web.Application, *, door: DoorPolicy | None = None, **kwargs: Any):
+        super().__init__(app, **kwargs)
+        self._door = door
 
     async def _make_server(self) -> web.Server:
         base = await super()._make_server()
         # Same construction as aiohttp's Application._make_handler, with our handler class.
         kwargs: dict[str, Any] = dict(base._kwargs)
-        return DoorServer(
+        server = DoorServer(
             base.request_handler,
             request_factory=base.request_factory,
             handler_cancellation=base.handler_cancellation,
             loop=base._loop,
             **kwargs,
         )
+        server.door = self._door
+        return server

@@ -1,0 +1,35 @@
+"""``door:`` in the operator file: how long the HTTP door waits for clients, and how many it
+holds at once."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DoorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    header_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=10.0,
+        description="A new connection must send a whole request head within this long "
+        "(slowloris); else 408 and the socket is closed.",
+    )
+    body_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=30.0, description="The request body must arrive within this long; else 408."
+    )
+    keepalive_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=15.0,
+        description="An idle keep-alive connection is closed after this long (it also bounds a "
+        "slow head on a reused connection).",
+    )
+    max_connections_per_client: Annotated[int, Field(ge=1)] = Field(
+        default=256, description="Open connections one client address may hold."
+    )
+    max_connections: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="Open client connections in total; None: half of what the file-descriptor "
+        "limit leaves after 128 (each client connection may need an upstream one). The admin "
+        "listener is not counted, so /healthz there answers when the caps are hit.",
+    )

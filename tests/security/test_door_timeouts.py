@@ -1,0 +1,123 @@
+"""Slow and greedy clients at the HTTP door, over real sockets: a slow head or body gets 408 and
+a closed socket, an idle keep-alive connection is closed, connection caps refuse at once — and
+/healthz on the admin listener answers throughout. Every wait is for the gateway to close the
+socket or for its own counters, never a sleep."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from gateway.app import RunningGateway
+from gateway.door.policy import DOOR
+from gateway.state_keys import METRICS
+from tests.gateway.support import FAST_ENGINE, MODEL, config_for
+from tests.security.auth_support import until
+from tests.servers import EmulatorFactory, GatewayFactory, emulators, gateways
+
+HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[tuple[EmulatorFactory, GatewayFactory]]:
+    async with emulators(MODEL, FAST_ENGINE) as emulator, gateways() as gateway:
+        yield emulator, gateway
+
+
+async def _gateway(rig: tuple[EmulatorFactory, GatewayFactory], **door: object) -> RunningGateway:
+    emulator, gateway = rig
+    backend = await emulator("b1")
+    return await gateway(config_for({"b1": backend.url}, door=door))
+
+
+async def _open(port: int, data: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    return reader, writer
+
+
+async def _healthz(url: str) -> int:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url + "/healthz") as r:
+            return r.status
+
+
+def _sample(running: RunningGateway, name: str, **labels: str) -> float:
+    return running.app[METRICS].registry.get_sample_value(name, labels) or 0.0
+
+
+def _timeouts(running: RunningGateway, phase: str) -> float:
+    return _sample(running, "meridian_door_timeouts_total", phase=phase)
+
+
+async def test_slowloris_heads_get_408_and_a_closed_socket(
+    rig: tuple[EmulatorFactory, GatewayFactory],
+) -> None:
+    running = await _gateway(rig, header_timeout_s=0.5)
+    port = running.port
+    slow = [await _open(port, HEAD + b"X-Slow: 1") for _ in range(20)]  # never finish the head
+    assert await _healthz(running.admin_url) == 200
+    for reader, writer in slow:
+        answer = await reader.read()  # until the gateway closes the socket
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        writer.close()
+    assert _timeouts(running, "headers") == 20
+    assert await _healthz(running.url) == 200
+
+
+async def test_slow_body_gets_408(rig: tuple[EmulatorFactory, GatewayFactory]) -> None:
+    running = await _gateway(rig, body_timeout_s=0.5)
+    reader, writer = await _open(
+        running.port,
+        HEAD + b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model": ',
+    )
+    answer = await reader.read()
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b'"request_timeout"' in answer
+    assert _timeouts(running, "body") == 1
+
+
+async def test_idle_keepalive_connection_is_closed(
+    rig: tuple[EmulatorFactory, GatewayFactory],
+) -> None:
+    running = await _gateway(rig, keepalive_timeout_s=0.5)
+    reader, writer = await _open(running.port, b"GET /healthz HTTP/1.1\r\nHost: g\r\n\r\n")
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    await reader.read()  # the body, then EOF once the idle connection is closed
+    assert reader.at_eof()
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("door", "reason"),
+    [
+        ({"max_connections_per_client": 3, "header_timeout_s": 60}, "per_client"),
+        ({"max_connections": 3, "header_timeout_s": 60}, "total"),
+    ],
+)
+async def test_connection_caps_refuse_at_once_while_admin_healthz_answers(
+    rig: tuple[EmulatorFactory, GatewayFactory], door: dict[str, object], reason: str
+) -> None:
+    running = await _gateway(rig, **door)
+    policy = running.app[DOOR]
+    port = running.port
+    held = [await _open(port, HEAD) for _ in range(3)]
+    await until(lambda: policy.total == 3)
+    reader, writer = await _open(port, b"GET /healthz HTTP/1.1\r\nHost: g\r\n\r\n")
+    assert await reader.read() == b""  # closed before a byte was read
+    writer.close()
+    assert _sample(running, "meridian_door_connections_refused_total", reason=reason) == 1
+    assert await _healthz(running.admin_url) == 200
+    held[0][1].close()
+    await until(lambda: policy.total == 2)
+    assert await _healthz(running.url) == 200
+    for _, held_writer in held[1:]:
+        held_writer.close()
+    await until(lambda: policy.total == 0)
+    assert not policy.per_client  # nothing kept per address once its connections are gone
