@@ -1,0 +1,155 @@
+"""What authentication adds to a request: auth on (API keys) vs off, side by side in one run.
+
+    python -m loadtests.bench_auth [--calls N] [--requests N] [--rounds R] [--out DIR]
+
+Two measurements, each alternating on and off in rounds so machine noise hits both alike:
+
+- **door**: the work the HTTP door does per request for auth — ``Authenticator.authenticate``
+  on the ``Authorization`` header and ``authorize`` for the model — timed per call in-process
+  (batches of 100 calls per clock read, so the timer itself is not measured).
+- **end to end**: sequential non-streaming requests (c=1) through two ``meridian serve``
+  processes in front of one emulator, one with ``auth.mode: keys`` and one with ``off``;
+  latency p50/p99 per side and the difference. Noisier than the door numbers by far: the added
+  cost is microseconds inside milliseconds.
+
+Target (issue 13): auth adds at most 50 µs p50. Quotas are not implemented yet, so only auth is
+measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import aiohttp
+
+from gateway.auth.authenticator import Authenticator, KeyRing, authorize
+from gateway.auth.config import AuthConfig, KeyEntry
+from gateway.auth.keys import StoredKey, digest, new_key
+from loadtests.processes import emulated_backend, gateway
+from loadtests.results_file import fmt, write_results
+
+MODEL = "auth-bench-model"
+BATCH = 100
+ENGINE = {"prefill_tokens_per_s": 1e12, "decode_base_ms": 1, "first_token_overhead_ms": 1}
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _door_side(authenticator: Authenticator, header: str, calls: int) -> list[float]:
+    """Per-call microseconds, one sample per batch of BATCH calls."""
+    samples = []
+    for _ in range(calls // BATCH):
+        started = time.perf_counter_ns()
+        for _ in range(BATCH):
+            principal = authenticator.authenticate(header, None)
+            authorize(principal, MODEL)
+        samples.append((time.perf_counter_ns() - started) / BATCH / 1000.0)
+    return samples
+
+
+def door(calls: int, rounds: int) -> dict[str, Any]:
+    key, key_id = new_key()
+    entries = [KeyEntry(id=key_id, sha256=digest(key), tenant="acme", models=[MODEL])]
+    for _ in range(999):  # a ring of a thousand keys: lookup is by id
+        other, other_id = new_key()
+        entries.append(KeyEntry(id=other_id, sha256=digest(other), tenant="t"))
+    config = AuthConfig(mode="keys", keys=entries)
+    ring = KeyRing(StoredKey.from_entry(e) for e in entries)
+    on = Authenticator(config, ring, enabled=True)
+    off = Authenticator(AuthConfig(mode="off"), KeyRing(), enabled=False)
+    header = f"Bearer {key}"
+    samples: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(rounds):
+        samples["off"] += _door_side(off, header, calls // rounds)
+        samples["on"] += _door_side(on, header, calls // rounds)
+    return {side: _stats(values) for side, values in samples.items()}
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": statistics.median(values),
+        "p99": _quantile(values, 0.99),
+        "samples": len(values),
+    }
+
+
+def _gateway_config(url: str, auth: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "backends": [{"name": "b1", "region": "local", "url": url + "/v1", "models": [MODEL]}],
+        "auth": auth,
+        "signals": {"probes": {"interval_s": 60}},
+    }
+
+
+async def _latencies(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], requests: int
+) -> list[float]:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    out = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
+            await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status} from {url}")
+        out.append((time.perf_counter() - started) * 1e6)
+    return out
+
+
+async def end_to_end(requests: int, rounds: int) -> dict[str, Any]:
+    key, key_id = new_key()
+    entry = {"id": key_id, "sha256": digest(key), "tenant": "acme", "models": [MODEL]}
+    async with emulated_backend("b1", MODEL, ENGINE) as (backend_url, _):
+        async with (
+            gateway(_gateway_config(backend_url, {"mode": "off"})) as (off_url, _),
+            gateway(_gateway_config(backend_url, {"mode": "keys", "keys": [entry]})) as (on_url, _),
+        ):
+            samples: dict[str, list[float]] = {"on": [], "off": []}
+            async with aiohttp.ClientSession() as session:
+                await _latencies(session, off_url, {}, 20)  # warm both pools
+                await _latencies(session, on_url, {"Authorization": f"Bearer {key}"}, 20)
+                for _ in range(rounds):
+                    samples["off"] += await _latencies(session, off_url, {}, requests // rounds)
+                    samples["on"] += await _latencies(
+                        session, on_url, {"Authorization": f"Bearer {key}"}, requests // rounds
+                    )
+    return {side: _stats(values) for side, values in samples.items()}
+
+
+def _table(name: str, result: dict[str, Any]) -> str:
+    on, off = result["on"], result["off"]
+    rows = [
+        f"{name:<12} {'p50 µs':>10} {'p99 µs':>10}",
+        f"{'auth off':<12} {fmt(off['p50']):>10} {fmt(off['p99']):>10}",
+        f"{'auth on':<12} {fmt(on['p50']):>10} {fmt(on['p99']):>10}",
+        f"{'added':<12} {fmt(on['p50'] - off['p50']):>10} {fmt(on['p99'] - off['p99']):>10}",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--out", default="loadtests/results")
+    args = parser.parse_args()
+    door_result = door(args.calls, args.rounds)
+    print(_table("door", door_result))
+    e2e = asyncio.run(end_to_end(args.requests, args.rounds))
+    print(_table("end to end", e2e))
+    added = door_result["on"]["p50"] - door_result["off"]["p50"]
+    verdict = "within" if added <= 50.0 else "OVER"
+    print(f"auth adds {added:.2f} µs p50 at the door: {verdict} the 50 µs budget")
+    write_results(args.out, "bench_auth", {"door_us": door_result, "end_to_end_us": e2e})
+
+
+if __name__ == "__main__":
+    main()
