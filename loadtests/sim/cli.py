@@ -128,16 +128,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(comparison_lines(comparison))
     paths = {run.policy: reactions(run, scenario) for run in runs}
+    path_text = ""
     if any(paths.values()):
-        print("\npath events (seconds to leave: <= 10% of the share left; to return: >= 50% back):")
-        for policy, found in paths.items():
-            for reaction in found:
-                print(f"  {policy:<15} {reaction.line()}")
+        path_text = (
+            "path events (seconds to leave: <= 10% of the share left; to return: >= 50% back):\n"
+        )
+        path_text += "\n".join(
+            f"  {policy:<15} {reaction.line()}"
+            for policy, found in paths.items()
+            for reaction in found
+        )
+        print("\n" + path_text)
     slo = slo_report(runs)
     if slo is not None:
         print("\nobjectives, deadlines and spend (definitions: loadtests/sim/slo_summary.py)")
         print(slo[0])
-    extra = "" if slo is None else slo[0]
+    extra = "\n\n".join(text for text in (path_text, "" if slo is None else slo[0]) if text)
     if isinstance(trace, ReplayTrace):
         versus = replay_cli.recorded_versus(trace.file, scenario, summaries, recorded_policy)
         print("\n" + versus)
@@ -152,9 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trace_build_s": trace_s,
         "seed": scenario.seed,
         "background_requests": len(trace.background),
-        "path_events": {p: [r.as_dict() for r in found] for p, found in paths.items() if found},
     }
-    write_json(out / "results.json", scenario.name, meta, summaries, comparison, slo and slo[1])
+    events = {p: [r.as_dict() for r in found] for p, found in paths.items() if found}
+    meta_json = {**meta, "path_events": events} if events else meta
+    write_json(
+        out / "results.json", scenario.name, meta_json, summaries, comparison, slo and slo[1]
+    )
     if not args.no_plots:
         ttft_cdf(runs, out / "ttft_cdf.png", scenario.name)
         load_bars(summaries, out / "backend_load.png", scenario.name)
