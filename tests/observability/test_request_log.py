@@ -250,3 +250,19 @@ async def test_cancel_line_is_written_once(emulator, gateway, captured: Captured
     (line,) = await captured.wait_requests(1)
     assert (line["status"], line["outcome"]) == (499, "cancelled")
     assert line["attempt_outcomes"] == [{"backend": "b1", "hedge": False, "outcome": "cancelled"}]
+
+
+async def test_the_tenant_is_the_keys_and_the_key_never_appears(
+    emulator, gateway, captured: CapturedLog
+) -> None:
+    from tests.security.auth_support import issue
+
+    key = issue("acme-corp")
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}, auth={"keys": [key.entry]}))
+    headers = {**key.headers, "X-Meridian-Tenant": "spoofed", "X-Request-Id": "req-key"}
+    status, _ = await _post(running.url, _chat(), headers)
+    assert status == 200
+    (line,) = await captured.wait_requests(1)
+    assert line["request_id"] == "req-key" and line["tenant"] == "acme-corp"
+    assert key.key not in captured.text() and key.entry["sha256"] not in captured.text()
