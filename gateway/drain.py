@@ -102,6 +102,7 @@ async def drain(state: DrainState, config: DrainConfig) -> bool:
     if config.readiness_grace_s:
         await asyncio.sleep(config.readiness_grace_s)
     state.refusing = True
+    log.info("draining: refusing new requests")
     if await state.wait_idle(config.deadline_s):
         gateway_event("drain_finished", "drained: every request finished", ended_early=0)
         return True

@@ -25,6 +25,7 @@ from gateway.door.policy import DOOR, body_too_slow
 from gateway.doors.models import model_object
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
+from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from
 from gateway.objectives import apply as apply_objective
 from gateway.relay import Relay
@@ -122,8 +123,8 @@ async def _completion(
         status_label = str(err.status)
         if inbound is None:  # refused before the relay core saw it: the door logs it
             relay.observer.rejected("http", endpoint.value, request_id, err, received_at)
-        if writer is not None and writer.response is not None:
-            return await _error_after_headers(writer, wire.stream_error(err))
+        if writer is not None and (response := writer.response) is not None:
+            return await _error_after_headers(writer, response, wire.stream_error(err))
         return wire.error_response(err, {"X-Request-Id": request_id})
     finally:
         if status_label != "error":
@@ -140,8 +141,14 @@ async def _completion(
         writer = writer or SseWriter(request, relay.config.streams)
         codec = wire.codec(inbound, opened)
         failure = await _relay_stream(request, writer, request_id, opened, ended, codec)
-        assert writer.response is not None
-        return writer.response
+        return writer.response or _client_left()
+    except ImpossibleState as exc:
+        failure = FailureKind.CANCELLED  # the gateway's own fault, not the backend's
+        ended.error = "internal_error"
+        error = internal_error(request_id, "http", exc)
+        if writer is not None and (response := writer.response) is not None:
+            return await _error_after_headers(writer, response, wire.stream_error(error))
+        return wire.error_response(error, {"X-Request-Id": request_id})
     finally:
         relay.finish(inbound, opened, time.perf_counter(), failure, ended.error)
         outcome = "200" if failure is None else failure.value
@@ -179,17 +186,25 @@ async def _open_keeping_alive(
         raise
 
 
-async def _error_after_headers(writer: SseWriter, event: bytes) -> web.StreamResponse:
+def _client_left() -> web.Response:
+    """What a handler returns when the client left before the headers: never sent (aiohttp
+    drops it quietly on the closed connection); 499 in the access log, as nginx writes it."""
+    return web.Response(status=499)
+
+
+async def _error_after_headers(
+    writer: SseWriter, response: web.StreamResponse, event: bytes
+) -> web.StreamResponse:
     """Every attempt failed after early headers committed a 200: the error is an event."""
-    assert writer.response is not None
-    with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
+    with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow, ImpossibleState):
         await writer.write(event)
-        await writer.response.write_eof()
-    return writer.response
+        await response.write_eof()
+    return response
 
 
 def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> web.Response:
-    assert opened.body is not None
+    if opened.body is None:
+        raise ImpossibleState("a non-streaming exchange without its body")
     now = time.perf_counter()
     try:
         usage = orjson.loads(opened.body).get("usage")
@@ -243,9 +258,17 @@ async def _relay_stream(
             encoded = codec.encode(event)
             if encoded:
                 await writer.write(encoded)
+        raise StreamBroken("upstream_truncated", "upstream stream ended without its last event")
     except StreamBroken as broken:
         ended.error = broken.kind
-        log.warning("stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
+        level = logging.ERROR if broken.kind == "internal_error" else logging.WARNING
+        log.log(
+            level,
+            "stream broke request_id=%s backend=%s kind=%s",
+            request_id,
+            opened.route.backend,
+            broken.kind,
+        )
         request.app[METRICS].stream_errors.labels(opened.route.backend, broken.kind).inc()
         with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
             await writer.write(codec.error_event(broken.error))
@@ -261,7 +284,6 @@ async def _relay_stream(
         return FailureKind.CANCELLED
     finally:
         safety.stream_ended(writer)
-    raise AssertionError("all_events() ends at [DONE] or raises StreamBroken")
 
 
 # How a stream that broke after its first token counts against its backend.
@@ -269,6 +291,7 @@ _BROKEN_AS = {
     "upstream_stalled": FailureKind.TIMEOUT,
     "deadline_exceeded": FailureKind.CANCELLED,  # the request's budget, not the backend's fault
     "gateway_draining": FailureKind.CANCELLED,
+    "internal_error": FailureKind.CANCELLED,  # the gateway's own fault
 }
 
 

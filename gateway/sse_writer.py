@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from aiohttp import web
 
 from gateway.config import StreamsConfig
+from gateway.impossible import ImpossibleState
 from gateway.sse import comment
 
 
@@ -77,7 +78,8 @@ class SseWriter:
 
     async def write(self, data: bytes) -> None:
         """Write, then wait while the client is behind."""
-        assert self.response is not None
+        if self.response is None:
+            raise ImpossibleState("an SSE write before the response started")
         if len(data) > self._high // 4:
             # A write this large can fill the buffer by itself; aiohttp may wait inside it.
             try:
@@ -112,9 +114,9 @@ class SseWriter:
         await self.write(comment("keepalive"))
 
     async def end(self, last: bytes) -> None:
-        assert self.response is not None
         await self.write(last)
-        await self.response.write_eof()
+        if self.response is not None:  # write() raised otherwise
+            await self.response.write_eof()
 
     def abort(self) -> None:
         """Cut the client off (it is too slow): no more bytes, the connection closes."""

@@ -165,11 +165,13 @@ class OpenedStream:
 
     async def events(self) -> AsyncIterator[SseEvent]:
         """The events after the first token, as they arrive."""
-        assert self.splitter is not None
+        splitter = self.splitter
+        if splitter is None:  # only a streaming attempt's first read leaves one
+            raise StreamBroken("internal_error", "the stream has no SSE reader", 500)
         while not self.saw_done:
             chunk = await self._next_chunk()
             try:
-                events = self.splitter.feed(chunk) if chunk else self.splitter.flush()
+                events = splitter.feed(chunk) if chunk else splitter.flush()
             except ValueError as exc:
                 raise StreamBroken("upstream_malformed", str(exc)) from None
             for event in events:

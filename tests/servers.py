@@ -3,8 +3,10 @@ and gateways. Test packages wrap these in their own fixtures with their own mode
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +15,62 @@ from gateway.app import RunningGateway, start_gateway
 from gateway.config import GatewayConfig
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
+
+_REFUSING: list[socket.socket] = []  # bound for the whole test run: no one else gets the port
+
+
+def refusing_port() -> int:
+    """A loopback port that refuses every connection while the tests run: bound, never
+    listening. (A port closed after binding could be handed to another server meanwhile.)"""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _REFUSING.append(sock)
+    return int(sock.getsockname()[1])
+
+
+def engine_holds(backend: RunningEmulator) -> int:
+    """Requests an emulated engine holds now: admitted, stalled or generating."""
+    return backend.stats.running + backend.stats.waiting
+
+
+def engine_admitted(backend: RunningEmulator) -> int:
+    """Requests that ever reached the emulated engine: a count that only grows."""
+    stats = backend.stats
+    return engine_holds(backend) + stats.cancelled + stats.completed + stats.errors
+
+
+async def settle(predicate: Callable[[], bool], within_s: float = 30.0) -> float:
+    """Poll until ``predicate()``; returns how long it took. ``within_s`` is a ceiling against
+    hangs, not a timing claim: it fails the test when reached."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not predicate():
+        if loop.time() - start > within_s:
+            raise AssertionError(f"condition not met within {within_s:.1f}s")
+        await asyncio.sleep(0.005)
+    return loop.time() - start
+
+
+async def leave_once_admitted(
+    backend: RunningEmulator, requests: Sequence[Awaitable[object]]
+) -> None:
+    """Start ``requests`` (each answered only after its client left: a stall, a long body),
+    wait until ``backend``'s engine has admitted every one, then leave: the client tasks
+    are cancelled, which closes their connections."""
+    before = engine_admitted(backend)
+    tasks = [asyncio.ensure_future(request) for request in requests]
+    try:
+        await settle(
+            lambda: engine_admitted(backend) >= before + len(tasks) or any(t.done() for t in tasks)
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if not isinstance(result, asyncio.CancelledError):
+            raise AssertionError(f"a request was answered before its client left: {result!r}")
+
 
 EmulatorFactory = Callable[..., Awaitable[RunningEmulator]]
 GatewayFactory = Callable[..., Awaitable[RunningGateway]]

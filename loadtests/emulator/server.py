@@ -287,6 +287,11 @@ class RunningEmulator:
     def set_rtt_ms(self, rtt_ms: float) -> None:
         self._backend.rtt_ms = rtt_ms
 
+    def open_connections(self) -> int:
+        """Client connections the emulator's server holds now (in use or kept alive)."""
+        server = self._runner.server
+        return 0 if server is None else len(server.connections)
+
     async def close(self) -> None:
         self._backend.driver.close()
         await self._runner.cleanup()

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import aiohttp
 
 from gateway.state_keys import RELAY
 from loadtests.emulator.config import FaultConfig
 from tests.gateway.support import MODEL, config_for
+from tests.servers import refusing_port
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
 # Fallback order must be predictable here: round-robin's first turn goes to the first name.
 ROUND_ROBIN = {"policy": "round_robin"}
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _stream(url: str) -> tuple[int, dict[str, str], bytes]:
@@ -32,7 +26,7 @@ async def _stream(url: str) -> tuple[int, dict[str, str], bytes]:
 
 async def test_refused_backend_falls_back_to_the_next(emulator, gateway) -> None:
     good = await emulator("b-good")
-    urls = {"a-refused": f"http://127.0.0.1:{_closed_port()}", "b-good": good.url}
+    urls = {"a-refused": f"http://127.0.0.1:{refusing_port()}", "b-good": good.url}
     running = await gateway(config_for(urls, routing=ROUND_ROBIN))
     status, headers, body = await _stream(running.url)
     assert status == 200
@@ -89,7 +83,7 @@ async def test_all_rate_limited_is_429_with_retry_after(emulator, gateway) -> No
 
 
 async def test_nothing_listening_anywhere_is_503(gateway) -> None:
-    running = await gateway(config_for({"a": f"http://127.0.0.1:{_closed_port()}"}))
+    running = await gateway(config_for({"a": f"http://127.0.0.1:{refusing_port()}"}))
     status, headers, body = await _stream(running.url)
     assert status == 503 and "Retry-After" in headers
     assert b"no_backend_available" in body

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -17,10 +16,14 @@ import aiohttp
 import orjson
 import yaml
 
+from gateway.app import RunningGateway
 from gateway.config import GatewayConfig, parse_config
+from gateway.state_keys import METRICS
 from loadtests.emulator.config import EngineParams
 from tests.servers import EmulatorFactory as EmulatorFactory  # re-exported for annotations
 from tests.servers import GatewayFactory as GatewayFactory
+from tests.servers import engine_holds as engine_holds
+from tests.servers import refusing_port, settle
 
 MODEL = "rel-model"
 FAST_ENGINE = EngineParams(
@@ -30,6 +33,9 @@ FAST_ENGINE = EngineParams(
     prefill_tokens_per_s=1_000_000.0,
     default_output_tokens=8,
 )
+# A ceiling for waits on conditions that come true in milliseconds: generous, so a busy
+# machine cannot fail a test by its own timing; a test that hits it has found a real hang.
+SETTLE_S = 30.0
 # Fallback order must be predictable: round-robin's first turn goes to the first name.
 ROUND_ROBIN = {"policy": "round_robin"}
 
@@ -62,9 +68,7 @@ def config_for(urls: dict[str, str], **overrides: Any) -> GatewayConfig:
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return refusing_port()
 
 
 def carries_token(data: bytes) -> bool:
@@ -113,13 +117,13 @@ async def post(url: str, body: dict[str, Any], **kwargs: Any) -> SseReply:
 
 async def wait_for(predicate: Callable[[], bool], within: float = 1.0) -> float:
     """Poll until ``predicate()``; returns how long it took, fails after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not predicate():
-        if loop.time() - start > within:
-            raise AssertionError(f"condition not met within {within:.1f}s")
-        await asyncio.sleep(0.005)
-    return loop.time() - start
+    return await settle(predicate, within)
+
+
+def metric_value(running: RunningGateway, name: str, labels: dict[str, str] | None = None) -> float:
+    """A sample of the gateway's registry, as a scrape would read it (0.0 when absent)."""
+    value = running.app[METRICS].registry.get_sample_value(name, labels or {})
+    return 0.0 if value is None else value
 
 
 def percentile(values: list[float], pct: float) -> float:

@@ -9,14 +9,15 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.state_keys import METRICS
 from loadtests.emulator.config import FaultConfig
 from tests.reliability.support import (
     MODEL,
+    SETTLE_S,
     EmulatorFactory,
     GatewayFactory,
     chat,
     config_for,
+    metric_value,
     post,
     wait_for,
 )
@@ -42,14 +43,14 @@ async def test_upstream_dies_after_n_tokens_error_event_no_done_no_retry(
     assert reply.events[-1].startswith(b": meridian-timing ")  # partial usage is still reported
     assert b'"output_tokens":3' in reply.events[-1]
     assert spare.stats.requests == 0, "no transparent retry after the first token"
-    errors = running.app[METRICS].stream_errors.labels("a-dies", "upstream_disconnected")
-    assert errors._value.get() == 1
+    labels = {"backend": "a-dies", "kind": "upstream_disconnected"}
+    assert metric_value(running, "meridian_stream_errors_total", labels) == 1
 
 
 async def test_inter_token_stall_ends_with_an_error_event_after_the_idle_timeout(
     emulator: EmulatorFactory, gateway: GatewayFactory
 ) -> None:
-    slow = await emulator("a-drip", faults=FaultConfig(drip_ms=2_000.0))
+    slow = await emulator("a-drip", faults=FaultConfig(drip_ms=10_000.0))
     config = config_for({"a-drip": slow.url}, timeouts={"inter_token_s": 0.3})
     running = await gateway(config)
     started = asyncio.get_running_loop().time()
@@ -58,9 +59,9 @@ async def test_inter_token_stall_ends_with_an_error_event_after_the_idle_timeout
     assert reply.status == 200 and reply.tokens == 1 and not reply.done
     [error] = reply.errors()
     assert error["code"] == "upstream_stalled"
-    assert 0.3 <= elapsed < 1.5
-    await asyncio.sleep(0.1)
-    assert slow.stats.cancelled == 1  # the stalled generation was cancelled upstream
+    assert 0.3 <= elapsed < 10.0  # ended by the idle timeout, not by the next token
+    # the stalled generation was cancelled upstream
+    await wait_for(lambda: slow.stats.cancelled == 1, SETTLE_S)
 
 
 async def test_route_class_overrides_the_inter_token_timeout(

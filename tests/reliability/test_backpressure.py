@@ -16,6 +16,7 @@ from tests.reliability.support import (
     GatewayFactory,
     chat,
     config_for,
+    metric_value,
     percentile,
     wait_for,
 )
@@ -91,7 +92,7 @@ async def test_slow_reader_is_bounded_paused_and_cut_off_and_others_keep_their_i
     await wait_for(lambda: backend.stats.cancelled == 1, 3.0)
     peak = running.app[METRICS].registry.get_sample_value("meridian_stream_buffer_peak_bytes")
     assert peak is not None and BOUND // 4 < peak <= BOUND + 4096, f"peak {peak} (bound {BOUND})"
-    errors = running.app[METRICS].stream_errors.labels("b1", "client_too_slow")._value.get()
-    assert errors == 1
+    labels = {"backend": "b1", "kind": "client_too_slow"}
+    assert metric_value(running, "meridian_stream_errors_total", labels) == 1
     p99_before, p99_during = percentile(baseline, 99), percentile(during, 99)
     assert p99_during <= 2 * p99_before + 10.0, (p99_before, p99_during)

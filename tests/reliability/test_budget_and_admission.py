@@ -11,11 +11,14 @@ from gateway.state_keys import RELAY
 from loadtests.emulator.config import FaultConfig
 from tests.reliability.support import (
     FAST_ENGINE,
+    SETTLE_S,
     EmulatorFactory,
     GatewayFactory,
     chat,
     config_for,
+    engine_holds,
     post,
+    wait_for,
 )
 
 REQUESTS = 100
@@ -61,12 +64,16 @@ async def test_admission_refuses_fast_with_retry_after_and_running_streams_finis
     )
     running = await gateway(config)
     body = chat(max_tokens=15)  # ~0.3 s each
+    relay = running.app[RELAY]
     streams = [asyncio.ensure_future(post(running.url, body)) for _ in range(3)]
-    await asyncio.sleep(0.1)  # two running, one queued
+    # Two running (the engine holds them), one queued (in the gateway, not at the engine).
+    await wait_for(lambda: engine_holds(backend) == 2 and relay.state.active == 3, SETTLE_S)
     started = time.perf_counter()
     refused = await post(running.url, body)
     took = time.perf_counter() - started
-    assert refused.status == 503 and took < 0.1, (refused.status, took)
+    # Refused at once, not after waiting out the 2 s queue timeout; the queued one still waits.
+    assert refused.status == 503 and took < 2.0, (refused.status, took)
+    assert relay.state.active == 3
     assert refused.headers["Retry-After"] == "3"
     assert orjson.loads(refused.body)["error"]["code"] == "model_overloaded"
     for reply in await asyncio.gather(*streams):  # the running ones and the queued one finish
@@ -74,7 +81,7 @@ async def test_admission_refuses_fast_with_retry_after_and_running_streams_finis
     # Per tenant: over its share is the tenant's problem, a 429.
     tenant = {"X-Meridian-Tenant": "small"}
     first = asyncio.ensure_future(post(running.url, body, headers=tenant))
-    await asyncio.sleep(0.1)
+    await wait_for(lambda: engine_holds(backend) == 1, SETTLE_S)
     over = await post(running.url, body, headers=tenant)
     assert over.status == 429 and over.headers["Retry-After"] == "3"
     assert orjson.loads(over.body)["error"]["code"] == "tenant_over_limit"

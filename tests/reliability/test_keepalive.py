@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import aiohttp
 
 from loadtests.emulator.config import FaultConfig
-from tests.reliability.support import EmulatorFactory, GatewayFactory, chat, config_for, post
+from tests.reliability.support import (
+    SETTLE_S,
+    EmulatorFactory,
+    GatewayFactory,
+    chat,
+    config_for,
+    post,
+    wait_for,
+)
 
+STALL_S = 2.0  # the first token's delay: keepalives flow meanwhile
 EARLY = {"early_headers": "when_waiting", "keepalive_s": 0.1}
 
 
 async def test_keepalives_flow_while_waiting_then_one_clean_stream(
     emulator: EmulatorFactory, gateway: GatewayFactory
 ) -> None:
-    backend = await emulator("b1", faults=FaultConfig(stall_ms=450.0))
+    backend = await emulator("b1", faults=FaultConfig(stall_ms=STALL_S * 1000.0))
     running = await gateway(config_for({"b1": backend.url}, streams=EARLY))
     async with aiohttp.ClientSession() as session:
         started = time.perf_counter()
@@ -25,7 +33,7 @@ async def test_keepalives_flow_while_waiting_then_one_clean_stream(
             assert response.status == 200
             assert "X-Meridian-Route" not in response.headers  # not known when headers left
             text = (await response.read()).decode()
-    assert headers_after < 0.3
+    assert headers_after < STALL_S  # before the backend could have sent its first token
     events = [e for e in text.split("\n\n") if e]
     keepalives = [e for e in events if e == ": keepalive"]
     assert len(keepalives) >= 3
@@ -55,5 +63,4 @@ async def test_failure_after_early_headers_is_an_error_event(
     assert reply.status == 200
     assert [e["code"] for e in reply.errors()] == ["upstream_timeout"]
     assert not reply.done
-    await asyncio.sleep(0.05)
-    assert backend.stats.cancelled == 1
+    await wait_for(lambda: backend.stats.cancelled == 1, SETTLE_S)

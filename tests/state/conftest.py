@@ -99,8 +99,9 @@ async def make_store(make_config: ConfigFactory) -> AsyncIterator[StoreFactory]:
 
     async def make(**overrides: Any) -> StateStore:
         # Semantics, not latency, are under test here: a cluster client's first call also
-        # loads the slot map, which can take longer than 0.2 s on two busy cores.
-        overrides.setdefault("timeouts", {"op_s": 1.0})
+        # loads the slot map, which can take longer than 0.2 s on two busy cores (and a
+        # connect longer than 0.3 s).
+        overrides.setdefault("timeouts", {"op_s": 1.0, "connect_s": 5.0})
         config = make_config(**overrides)
         if config.backend == "memory":
             key = repr(sorted(overrides.items()))
@@ -137,6 +138,11 @@ async def make_sync(
     yield make
     for sync in running:
         await sync.stop()
+
+
+# A ceiling for waits on conditions that come true in milliseconds: a busy machine cannot
+# fail a test by its own timing; a test that reaches it has found a real hang.
+SETTLE_S = 30.0
 
 
 async def eventually(check: Callable[[], bool], within_s: float, step_s: float = 0.01) -> float:

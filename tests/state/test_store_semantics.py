@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from gateway.state.records import Ejection, SignalRecord, WriteBatch
-from tests.state.conftest import StoreFactory
+from tests.state.conftest import SETTLE_S, StoreFactory
 
 
 async def test_push_then_pull_round_trips_every_kind(make_store: StoreFactory) -> None:
@@ -99,8 +99,11 @@ async def test_lease_has_one_holder_until_released_or_expired(make_store: StoreF
     assert not await two.release_lease("probe:a", "r2")  # not the holder: no effect
     assert await one.release_lease("probe:a", "r1")
     assert await two.try_lease("probe:a", "r2", 0.3)
-    await asyncio.sleep(0.4)  # r2 stops renewing: the lease lapses
-    assert await one.try_lease("probe:a", "r1", 0.3)
+    # r2 stops renewing: the lease lapses, and r1 gets it at a try after that.
+    began = time.monotonic()
+    while not await one.try_lease("probe:a", "r1", 0.3):
+        assert time.monotonic() - began < SETTLE_S, "the lease never lapsed"
+        await asyncio.sleep(0.02)
     assert (await one.summary()).leases.get("probe:a") == "r1"
 
 
@@ -117,7 +120,7 @@ async def test_token_bucket_allows_burst_then_refuses(make_store: StoreFactory) 
 
 async def test_token_bucket_is_atomic_under_concurrency(make_store: StoreFactory) -> None:
     # A generous timeout: 90 concurrent scripts on 2 busy cores are the point, not latency.
-    clients = [await make_store(timeouts={"op_s": 3.0}) for _ in range(3)]
+    clients = [await make_store(timeouts={"op_s": 3.0, "connect_s": 5.0}) for _ in range(3)]
     for client in clients:  # connect (and load the cluster slot map) before the race
         await client.take_tokens("warm-up", rate_per_s=1, burst=1)
     takes = [
