@@ -126,6 +126,12 @@ async def _completion(
         if writer is not None and (response := writer.response) is not None:
             return await _error_after_headers(writer, response, wire.stream_error(err))
         return wire.error_response(err, {"X-Request-Id": request_id})
+    except ImpossibleState as exc:
+        status_label = "500"
+        error = internal_error(request_id, "http", exc)
+        if writer is not None and (response := writer.response) is not None:
+            return await _error_after_headers(writer, response, wire.stream_error(error))
+        return wire.error_response(error, {"X-Request-Id": request_id})
     finally:
         if status_label != "error":
             metrics.requests.labels("http", endpoint.value, model_label, status_label).inc()

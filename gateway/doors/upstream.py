@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.doors.grammar import MESSAGES, OPENAI, RESPONSES, Grammar
+from gateway.impossible import ImpossibleState
 from gateway.model_names import body_for_backend
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ def upstream_call(inbound: InboundRequest, state: RelayState, backend: str) -> U
     names = state.known_models
     api = inbound.endpoint.value
     if api == "messages" and "messages" not in _apis(state, backend):
-        assert inbound.chat_body is not None  # parse_inbound translated it
+        if inbound.chat_body is None:  # parse_inbound translates every Messages body
+            raise ImpossibleState("a Messages request without its chat translation")
         upstream_id = names.upstream_id(backend, inbound.model)
         body = body_for_backend(inbound.chat_body, inbound.model, upstream_id)
         return UpstreamCall("/v1/chat/completions", body, OPENAI)

@@ -30,6 +30,7 @@ from gateway.grpc.backend import (
     StreamFailed,
     StreamOpened,
 )
+from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
 from gateway.metrics import GatewayMetrics
 from gateway.objectives import apply as apply_objective
@@ -107,6 +108,9 @@ class RelayBackend:
                     "grpc", endpoint.value, request_id, err, request.received_at
                 )
             return _failed(err)
+        except ImpossibleState as exc:
+            self._count(endpoint, model, "500")
+            return _failed(internal_error(request_id, "grpc", exc))
         except TimeoutError:
             self._count(endpoint, model, "504")
             message = "the call's deadline passed before any backend produced a first token"
