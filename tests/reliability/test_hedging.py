@@ -60,13 +60,16 @@ async def test_hedging_cuts_the_ttft_tail_within_budget_and_cancels_every_loser(
                 assert reply.status == 200
                 routes.append(reply.headers["X-Meridian-Route"])
                 assert b"[DONE]" in await reply.read()
-    # Each was tried on the stalled backend first and won by its one hedge.
-    assert all("backend=b-far" in r and "attempts=2" in r and "hedges=1" in r for r in routes)
+    # Each was served by the spare; each that went to the stalled backend first (routing may
+    # rank the spare first once the staller's queue shows) was won by its one hedge.
+    assert all("backend=b-far" in r for r in routes), routes
+    hedged = sum("attempts=2" in r and "hedges=1" in r for r in routes)
+    assert hedged >= 1 and staller.stats.requests == hedged, (routes, staller.stats.as_dict())
     relay = running.app[RELAY]
     extra = staller.stats.requests + spare.stats.requests - REQUESTS
-    assert 1 <= extra <= 0.2 * REQUESTS + relay.config.retry.budget_burst
+    assert extra == hedged <= 0.2 * REQUESTS + relay.config.retry.budget_burst
     # Every stalled first attempt lost and was cancelled upstream; none ran to the end.
-    await wait_for(lambda: staller.stats.cancelled == REQUESTS, SETTLE_S)
+    await wait_for(lambda: staller.stats.cancelled == hedged, SETTLE_S)
     await wait_for(lambda: engine_holds(staller) + engine_holds(spare) == 0, SETTLE_S)
     assert staller.stats.completed == 0 and spare.stats.completed == REQUESTS
     await wait_for(lambda: relay.fleet.in_flight("a-staller") == 0, SETTLE_S)

@@ -101,7 +101,7 @@ async def make_store(make_config: ConfigFactory) -> AsyncIterator[StoreFactory]:
         # Semantics, not latency, are under test here: a cluster client's first call also
         # loads the slot map, which can take longer than 0.2 s on two busy cores (and a
         # connect longer than 0.3 s).
-        overrides.setdefault("timeouts", {"op_s": 1.0, "connect_s": 5.0})
+        overrides.setdefault("timeouts", {"op_s": 5.0, "connect_s": 5.0})
         config = make_config(**overrides)
         if config.backend == "memory":
             key = repr(sorted(overrides.items()))
