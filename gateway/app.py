@@ -57,6 +57,11 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
         ).to_response()
 
 
+# aiohttp's default (128) overflows when thousands of clients connect at once (their SYNs are
+# dropped and retried for seconds); the kernel caps this at net.core.somaxconn anyway.
+_LISTEN_BACKLOG = 4096
+
+
 def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.Application:
     app = web.Application(
         middlewares=[openai_errors, auth_gate, admin_gate],
@@ -183,7 +188,11 @@ async def start_gateway(
         await runner.cleanup()
         raise
     site = web.TCPSite(
-        runner, bind_host, config.listen.port if port is None else port, reuse_port=reuse_port
+        runner,
+        bind_host,
+        config.listen.port if port is None else port,
+        reuse_port=reuse_port,
+        backlog=_LISTEN_BACKLOG,
     )
     try:
         await site.start()

@@ -1,0 +1,118 @@
+"""Many concurrent streams through one gateway process: memory per open stream, and errors.
+
+    python -m loadtests.bench_streams [--streams 5000] [--tokens 8] [--token-ms 2000]
+
+An emulated backend decodes slowly (one token every ``--token-ms``) so that ``--streams``
+streams are open at once; the load generator opens them all together (closed loop, concurrency
+= streams, one request each) through ``meridian serve --workers 1``. The gateway's RSS is read
+from /proc while idle (after a warm-up), every 0.25 s during the run (the peak, with every
+stream open), and after the streams ended (flat memory: it comes back down). Reported: errors,
+RSS idle / peak / after, and (peak - idle) / streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from pathlib import Path
+
+from loadtests.bench.report import summarize
+from loadtests.bench.runner import BenchOptions, run_bench
+from loadtests.bench.workload import parse_workload
+from loadtests.processes import emulated_backend, gateway
+from loadtests.results_file import write_results
+
+MODEL = "streams-model"
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def _workload(streams: int, tokens: int) -> dict[str, object]:
+    return {
+        "name": f"streams-{streams}",
+        "seed": 5,
+        "model": MODEL,
+        "arrival": {"mode": "closed", "concurrency": streams},
+        "limits": {"requests": streams},
+        "request_timeout_s": 600,
+        "mix": [{"kind": "chat", "user_tokens": 32, "max_tokens": tokens}],
+    }
+
+
+async def _peak(pid: int, done: asyncio.Event) -> float:
+    peak = 0.0
+    while not done.is_set():
+        peak = max(peak, rss_mb(pid))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), 0.25)
+    return max(peak, rss_mb(pid))
+
+
+async def measure(streams: int, tokens: int, token_ms: float) -> dict[str, object]:
+    engine = {
+        "max_num_seqs": streams * 2,
+        "max_num_batched_tokens": 10_000_000,
+        "prefill_tokens_per_s": 1e12,
+        "decode_base_ms": token_ms,
+        "decode_per_seq_ms": 0,
+        "first_token_overhead_ms": 20,
+    }
+    async with emulated_backend("b1", MODEL, engine) as (backend_url, _):
+        backend: dict[str, object] = {"name": "b1", "region": "local", "url": backend_url + "/v1"}
+        # The gateway is told the engine's real batch size, or its capacity filter (4x the
+        # batch queued) would refuse streams past ~1,280 with a 503, as it should.
+        backend["capacity"] = {"max_num_seqs": streams * 2}
+        config = {"backends": [{**backend, "models": [MODEL], "max_connections": streams * 2}]}
+        async with gateway(config, 1) as (url, pid):
+            warm = parse_workload(_workload(20, tokens))
+            await run_bench(url, warm, BenchOptions(max_connections=20))
+            idle = rss_mb(pid)
+            done = asyncio.Event()
+            peak_task = asyncio.ensure_future(_peak(pid, done))
+            workload = parse_workload(_workload(streams, tokens))
+            result = await run_bench(url, workload, BenchOptions(max_connections=streams))
+            done.set()
+            peak = await peak_task
+            await asyncio.sleep(2.0)  # let the loop settle before reading what is kept
+            after = rss_mb(pid)
+    report = summarize(result)
+    return {
+        "streams": streams,
+        "ok": report.ok,
+        "errors": report.requests - report.ok,
+        "error_kinds": dict(report.errors),
+        "rss_idle_mb": idle,
+        "rss_peak_mb": peak,
+        "rss_after_mb": after,
+        "kb_per_stream": (peak - idle) * 1024.0 / streams,
+        "ttft_p99_ms": report.ttft_ms.p99,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_streams", description=__doc__)
+    parser.add_argument("--streams", type=int, default=5000)
+    parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--token-ms", type=float, default=2000.0)
+    parser.add_argument("--out", default="loadtests/results")
+    args = parser.parse_args(argv)
+    import uvloop
+
+    result = uvloop.run(measure(args.streams, args.tokens, args.token_ms))
+    print(
+        f"{result['streams']} streams: {result['ok']} ok, {result['errors']} errors; gateway RSS "
+        f"idle {result['rss_idle_mb']:.1f} MB, peak {result['rss_peak_mb']:.1f} MB, after "
+        f"{result['rss_after_mb']:.1f} MB; {result['kb_per_stream']:.1f} KB per open stream"
+    )
+    write_results(args.out, "streams", result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
