@@ -24,6 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.observability.fleet_status import FleetStatusCollector
 from gateway.observability.status import add_status_routes
 from gateway.prefix_expiry import prefix_expiry_ctx
+from gateway.quota.limiter import QUOTAS, Quotas
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
 from gateway.state.wiring import SharedState, install_shared_state
@@ -83,6 +84,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
+    app[QUOTAS] = Quotas(config.quotas, metrics.registry)  # gateway/quota: per key and tenant
     app[DOOR] = DoorPolicy(config.door, DoorMetrics.on(metrics.registry), app[ADMIN].ports)
     authenticator = install_auth(app, config.auth)  # gateway/auth: keys, tenants, hop keys
     if (

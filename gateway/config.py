@@ -33,6 +33,7 @@ from gateway.objectives import ObjectivesConfig
 from gateway.observability.config import LoggingConfig, TracingConfig
 from gateway.placement import PlacementConfig
 from gateway.pricing import PriceConfig
+from gateway.quota.config import QuotaConfig
 from gateway.signals.hub import SignalsConfig
 from gateway.signals.rtt_policy import RttPolicy
 from gateway.state.config import StateConfig
@@ -355,6 +356,10 @@ class GatewayConfig(_Strict):
     auth: AuthConfig = Field(
         default_factory=lambda: AuthConfig(),
         description="Who may call: API keys, tenants from keys, hop keys (docs/security.md).",
+    )
+    quotas: QuotaConfig = Field(
+        default_factory=lambda: QuotaConfig(),
+        description="Requests/s and tokens/minute per API key and tenant (gateway/quota).",
     )
     door: DoorConfig = Field(
         default_factory=lambda: DoorConfig(),

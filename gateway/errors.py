@@ -20,6 +20,8 @@ class ApiError(Exception):
     code: str | None = None
     param: str | None = None
     retry_after_s: float | None = None
+    # Extra response headers (e.g. x-ratelimit-* on a quota's 429); HTTP only.
+    headers: tuple[tuple[str, str], ...] = ()
 
     def body(self) -> dict[str, object]:
         return {
@@ -33,6 +35,7 @@ class ApiError(Exception):
 
     def to_response(self, headers: dict[str, str] | None = None) -> web.Response:
         all_headers = dict(headers or {})
+        all_headers.update(self.headers)
         if self.retry_after_s is not None:
             all_headers["Retry-After"] = str(max(1, round(self.retry_after_s)))
         return web.Response(

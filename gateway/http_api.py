@@ -28,6 +28,7 @@ from gateway.errors import ApiError
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from
 from gateway.objectives import apply as apply_objective
+from gateway.quota.limiter import QUOTAS
 from gateway.relay import Relay
 from gateway.signals.outlier import FailureKind
 from gateway.sse import comment
@@ -90,6 +91,7 @@ async def _completion(
 ) -> web.StreamResponse:
     received_at = time.perf_counter()
     relay, metrics = request.app[RELAY], request.app[METRICS]
+    quotas = request.app[QUOTAS]
     request_id = request_id_from(request.headers.get("X-Request-Id"))
     status_label = "error"
     model_label = "unknown"
@@ -109,6 +111,7 @@ async def _completion(
             received_at=received_at,
         )
         authorize(principal, inbound.model)  # 403: scope or model not allowed for this key
+        quotas.admit(principal.key_id, principal.tenant, inbound.profile.prompt_tokens)  # 429
         inbound = apply_objective(inbound, relay.config.objectives, request.headers)
         model_label = inbound.model
         streams = relay.config.streams
@@ -157,6 +160,7 @@ async def _completion(
         return wire.error_response(error, {"X-Request-Id": request_id})
     finally:
         relay.finish(inbound, opened, time.perf_counter(), failure, ended.error)
+        quotas.charge(principal.key_id, principal.tenant, opened.output_tokens())
         outcome = "200" if failure is None else failure.value
         metrics.requests.labels("http", endpoint.value, model_label, outcome).inc()
 

@@ -1,0 +1,145 @@
+"""The buckets of every key and tenant: admit a request before any upstream work, charge its
+completion tokens once known. Never awaits; bounded (LRU over ``max_tracked`` buckets, and a
+bucket that has refilled is as good as a new one, so dropping it forgets nothing)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.errors import ApiError
+from gateway.quota.bucket import Bucket
+from gateway.quota.config import QuotaConfig, QuotaLimits
+
+BucketKey = tuple[str, str, str]  # (scope: key | tenant, name, dimension: requests | tokens)
+
+
+def _reset(seconds: float) -> str:
+    return f"{max(0.0, seconds):.3f}s"
+
+
+class Quotas:
+    def __init__(
+        self,
+        config: QuotaConfig,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.enabled = bool(config.per_key or config.per_tenant or config.tenants)
+        self._clock = clock
+        self._buckets: OrderedDict[BucketKey, Bucket] = OrderedDict()
+        self.refused = Counter(
+            "meridian_quota_refused",
+            "Requests refused with 429 by a key's or tenant's quota, before any upstream call",
+            ["scope", "dimension"],
+            registry=registry,
+        )
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def _limits(self, scope: str, name: str) -> QuotaLimits | None:
+        if scope == "key":
+            return self.config.per_key
+        return self.config.tenants.get(name, self.config.per_tenant)
+
+    def _bucket(self, key: BucketKey, limits: QuotaLimits, now: float) -> Bucket | None:
+        found = self._buckets.get(key)
+        if found is not None:
+            self._buckets.move_to_end(key)
+            return found
+        if key[2] == "requests":
+            if limits.rps is None:
+                return None
+            bucket = Bucket.full(limits.rps, limits.burst or max(1.0, limits.rps), now)
+        else:
+            if limits.tokens_per_minute is None:
+                return None
+            tpm = float(limits.tokens_per_minute)
+            bucket = Bucket.full(tpm / 60.0, tpm, now)
+        self._buckets[key] = bucket
+        while len(self._buckets) > self.config.max_tracked:
+            self._buckets.popitem(last=False)  # least recently used
+        return bucket
+
+    def _scopes(self, key_id: str | None, tenant: str) -> list[tuple[str, str, QuotaLimits]]:
+        scopes = []
+        for scope, name in (("key", key_id), ("tenant", tenant)):
+            if name is None:
+                continue
+            limits = self._limits(scope, name)
+            if limits is not None:
+                scopes.append((scope, name, limits))
+        return scopes
+
+    def admit(self, key_id: str | None, tenant: str, prompt_tokens: int) -> None:
+        """Take one request and ``prompt_tokens`` from every bucket, or none: 429 if short."""
+        if not self.enabled:
+            return
+        now = self._clock()
+        wanted: list[tuple[BucketKey, Bucket, float]] = []
+        for scope, name, limits in self._scopes(key_id, tenant):
+            for dimension, cost in (("requests", 1.0), ("tokens", float(prompt_tokens))):
+                bucket = self._bucket((scope, name, dimension), limits, now)
+                if bucket is not None:
+                    bucket.refill(now)
+                    wanted.append(((scope, name, dimension), bucket, cost))
+        short = [(key, bucket, cost) for key, bucket, cost in wanted if bucket.tokens < cost]
+        if short:
+            raise self._refusal(short, wanted)
+        for _, bucket, cost in wanted:
+            bucket.take(cost, now)
+
+    def charge(self, key_id: str | None, tenant: str, tokens: int) -> None:
+        """Completion tokens, once the response is over (they slow the next request down)."""
+        if not self.enabled or tokens <= 0:
+            return
+        now = self._clock()
+        for scope, name, limits in self._scopes(key_id, tenant):
+            bucket = self._bucket((scope, name, "tokens"), limits, now)
+            if bucket is not None:
+                bucket.debit(float(tokens), now)
+
+    def _refusal(
+        self,
+        short: list[tuple[BucketKey, Bucket, float]],
+        wanted: list[tuple[BucketKey, Bucket, float]],
+    ) -> ApiError:
+        key, bucket, cost = max(short, key=lambda item: item[1].wait_s(item[2]))
+        self.refused.labels(key[0], key[2]).inc()
+        wait = bucket.wait_s(cost)
+        headers: dict[str, str] = {}
+        for (_, _, dimension), each, _ in wanted:  # the tightest of each dimension wins
+            limit_name = f"x-ratelimit-limit-{dimension}"
+            remaining = str(max(0, math.floor(each.tokens)))
+            if limit_name not in headers or int(
+                headers[f"x-ratelimit-remaining-{dimension}"]
+            ) > int(remaining):
+                headers[limit_name] = str(math.floor(each.burst))
+                headers[f"x-ratelimit-remaining-{dimension}"] = remaining
+                headers[f"x-ratelimit-reset-{dimension}"] = _reset(each.reset_s())
+        too_big = cost > bucket.burst
+        what = "requests" if key[2] == "requests" else "tokens"
+        message = (
+            f"this request needs more tokens than the {key[0]}'s whole per-minute quota"
+            if too_big
+            else f"the {key[0]}'s {what} quota is used up; retry after {max(wait, 0.001):.3f}s"
+        )
+        return ApiError(
+            429,
+            message,
+            "rate_limit_error",
+            "quota_exceeded",
+            None,
+            max(wait, 0.001),
+            tuple(headers.items()),
+        )
+
+
+QUOTAS = web.AppKey("quotas", Quotas)
