@@ -100,6 +100,7 @@ class BackendEstimate:
         "shift_low_ms",
         "shift_low_ratio",
         "shift_ms",
+        "shift_rtt_ms",
         "shift_run",
         "step_scale",
     )
@@ -117,6 +118,7 @@ class BackendEstimate:
         self.shift_ms = 0.0  # level shifts of this backend's offset, detected as steps
         self.shift_run = 0
         self.shift_held_ms = 0.0
+        self.shift_rtt_ms: float | None = None  # the RTT the step was measured against
         self.shift_low_ms = self.shift_high_ms = 0.0
         self.shift_low_ratio = self.shift_high_ratio = 0.0
         self.offset_at: float | None = None
@@ -171,6 +173,8 @@ class OnlineLearner:
         self._members: dict[tuple[object, ...], set[str]] = {}
         self.dirty: set[str] = set()  # backends changed since the predictor last looked
         self.dirty_peers: set[tuple[object, ...]] = set()  # ...and groups of backends (peer_key)
+        self.shifted: set[str] = set()  # backends whose offset holds a step (reconcile_rtt)
+        self._stepped_now = False  # the sample being learned was (part of) a step
         p = self.params
         self._offset_params = OffsetParams(
             p.bias_alpha, p.max_bias_ms, p.surprise_sigmas, p.shift_min_ms, p.shift_rel,
@@ -178,6 +182,21 @@ class OnlineLearner:
         )  # fmt: skip
         self._decay_params = DecayParams(p.half_life_s, p.decay_grace_s, p.decay_tick_s)
         self._swept_at = -math.inf
+
+    def reconcile_rtt(self, backend: str, rtt_ms: float) -> None:
+        """The probes now measure ``rtt_ms`` for ``backend``. If they rose since its learned
+        step was measured, they see (part of) what the step was learned for: that part
+        leaves the step, or it would be counted twice (requests that paid a slow path before
+        the probe, which itself pays it, could report)."""
+        est = self._estimates.get(backend)
+        if est is None or est.shift_ms <= 0.0 or est.shift_rtt_ms is None:
+            self.shifted.discard(backend)
+            return
+        rise = rtt_ms - est.shift_rtt_ms
+        if rise >= self.params.shift_min_ms:  # NaN (no RTT known) compares False
+            est.shift_ms -= min(rise, est.shift_ms)
+            est.shift_rtt_ms = rtt_ms
+            self.dirty.add(backend)
 
     def decay(self, now: float) -> None:
         """Let estimates nobody refreshed drift back toward configuration (at most once per
@@ -243,12 +262,36 @@ class OnlineLearner:
         if predicted is not None and predicted > 0:
             self._calibrate(est, obs.ttft_ms / predicted)
         if terms:
-            shift = est.shift_ms
+            shift, held = est.shift_ms, est.shift_held_ms
+            self._stepped_now = False
             self._blame(est, obs, terms, spec, own=True)
             est.offset_at = obs.at
-            # A step of this backend's offset is its own: the group does not learn it.
-            if spec is not None and self.params.peer_weight > 0.0 and est.shift_ms == shift:
-                self._learn_peer(obs, terms, spec)
+            if est.shift_ms > shift:
+                est.shift_rtt_ms = terms.get("rtt")
+                self.shifted.add(obs.backend)
+            if spec is not None and self.params.peer_weight > 0.0:
+                self._share(obs, terms, spec, est, held)
+
+    def _share(
+        self,
+        obs: Observation,
+        terms: Mapping[str, float],
+        spec: BackendSpec,
+        est: BackendEstimate,
+        held: float,
+    ) -> None:
+        """Teach the group what this sample taught the backend's slow part. A candidate step
+        teaches it as it teaches the backend's own (a little); a confirmed step is the
+        backend's own: the group does not learn it, and gives back what the candidates
+        taught it (as the backend's own slow part does)."""
+        pending = est.shift_run != 0
+        if not self._stepped_now or pending:
+            self._learn_peer(obs, terms, spec)
+            return
+        peer = self._peers.get(peer_key(spec))
+        if peer is not None and held:
+            peer.bias_ms -= held
+            self.dirty_peers.add(peer_key(spec))
 
     def peer(self, spec: BackendSpec) -> BackendEstimate | None:
         """What backends configured like ``spec`` (same region) taught together, if any."""
@@ -309,6 +352,7 @@ class OnlineLearner:
         residual = variable - queue - prefill - step
         warm = fixed + queue + prefill + step
         if own and self._stepped(est, obs, residual, warm, terms):
+            self._stepped_now = True
             return  # a step of the offset (or a candidate one): no rate's to learn
         p = self.params
         if obs.queue_wait_ms is not None:

@@ -193,6 +193,10 @@ class PredictedTTFTScorer:
         self._load = ctx.load
         ctx.load.expire(ctx.now)
         self.learner.decay(ctx.now)
+        for backend in list(self.learner.shifted):  # a few at most: steps are rare
+            row = view.index.get(backend)
+            if row is not None:
+                self.learner.reconcile_rtt(backend, view.rtt_ms.item(row))
         self.row_terms.sync(view, ctx.load, self.learned, self.learned.sync(view))
         cached = cached_rows(self.index, view, ctx.profile, ctx.now)
         pred = predict(

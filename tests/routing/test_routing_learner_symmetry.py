@@ -234,3 +234,31 @@ def test_a_jump_the_probes_already_saw_is_not_learned_again_as_an_offset() -> No
             chosen.terms_ms, predicted_ttft_ms=chosen.predicted_ttft_ms)  # fmt: skip
     shown = router.explain(prof, after, 2.0).ranked[0]
     assert abs(shown.terms_ms["bias"]) < 20.0 and shown.terms_ms["rtt"] == RTT + 400.0
+
+
+def test_a_step_the_probes_later_see_leaves_the_learned_offset() -> None:
+    """Three slow answers came back before the probe (which pays the slow path too) did: the
+    step was learned, then the probe's RTT rose by as much. Counted twice, the recovered
+    backend would stay avoided after the probe saw it recover."""
+    router = build_router("predicted_ttft", {}, 0)
+    learner = router.scorer.learner  # type: ignore[attr-defined]
+    prof = profile(prompt_tokens=100)
+    fast = fleet(state("a", rtt_ms=RTT, running=0, waiting=0, as_of=0.0))
+    for i in range(3):
+        chosen = router.decide(prof, fast, 0.1 * i).ranked[0]
+        router.observe_first_token("a", 0.1 * i + 0.05, (chosen.predicted_ttft_ms or 0.0) + 400.0,
+            chosen.terms_ms, predicted_ttft_ms=chosen.predicted_ttft_ms)  # fmt: skip
+    assert router.explain(prof, fast, 0.5).ranked[0].terms_ms["bias"] > 350.0
+    router.decide(prof, fleet(state("b", rtt_ms=RTT)), 0.55)  # a fleet without "a": kept
+    assert "a" in learner.shifted
+    jitter = fleet(state("a", rtt_ms=RTT + 5.0, running=0, waiting=0, as_of=0.6))
+    router.decide(prof, jitter, 0.6)  # a few ms of probe noise is not the step
+    assert router.explain(prof, jitter, 0.6).ranked[0].terms_ms["bias"] > 350.0
+    slow = fleet(state("a", rtt_ms=RTT + 400.0, running=0, waiting=0, as_of=1.0))
+    router.decide(prof, slow, 1.0)
+    assert abs(router.explain(prof, slow, 1.0).ranked[0].terms_ms["bias"]) < 20.0
+    recovered = fleet(state("a", rtt_ms=RTT, running=0, waiting=0, as_of=2.0))
+    router.decide(prof, recovered, 2.0)
+    back = router.explain(prof, recovered, 2.0).ranked[0]
+    assert abs(back.terms_ms["bias"]) < 20.0 and (back.predicted_ttft_ms or 0.0) < 50.0
+    assert "a" not in learner.shifted  # nothing left to reconcile
