@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 from aiohttp.web_urldispatcher import ResourceRoute
 
+from gateway.door.protocol import DoorRequestHandler
 from gateway.errors import ApiError
 
 ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
@@ -32,6 +33,9 @@ def expect_handler(limit: int) -> ExpectHandler:
             )
             response = error.to_response()
             response.force_close()  # the body was never invited: the connection cannot continue
+            protocol = request.protocol
+            if isinstance(protocol, DoorRequestHandler):
+                protocol.skip_lingering()  # and nothing is waited for: close once answered
             return response
         if request.version >= (1, 1):
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")

@@ -75,6 +75,11 @@ class DoorRequestHandler(RequestHandler):
         self._counted_as = client
         self._head_timer = self._loop.call_later(door.config.header_timeout_s, self._head_late)
 
+    def skip_lingering(self) -> None:
+        """Close right after this response instead of reading the rest of the body for up to
+        aiohttp's lingering time (10 s): for a body the client was told not to send."""
+        self._lingering_time = 0.0
+
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self._head_timer is not None and (self._messages or self._request_in_progress):
