@@ -27,6 +27,7 @@ from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from
+from gateway.lifecycle.outcome import against_backend, broken_ending
 from gateway.objectives import apply as apply_objective
 from gateway.quota.limiter import QUOTAS
 from gateway.relay import Relay
@@ -283,7 +284,7 @@ async def _relay_stream(
         with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
             await writer.write(codec.error_event(broken.error))
             await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
-        return _BROKEN_AS.get(broken.kind, FailureKind.SERVER_ERROR)
+        return against_backend(broken_ending(broken.kind))
     except ClientTooSlow as slow:
         ended.error = "client_too_slow"
         log.warning("client too slow backend=%s: %s", opened.route.backend, slow)
@@ -294,15 +295,6 @@ async def _relay_stream(
         return FailureKind.CANCELLED
     finally:
         safety.stream_ended(writer)
-
-
-# How a stream that broke after its first token counts against its backend.
-_BROKEN_AS = {
-    "upstream_stalled": FailureKind.TIMEOUT,
-    "deadline_exceeded": FailureKind.CANCELLED,  # the request's budget, not the backend's fault
-    "gateway_draining": FailureKind.CANCELLED,
-    "internal_error": FailureKind.CANCELLED,  # the gateway's own fault
-}
 
 
 def _summary_json(opened: OpenedStream) -> str:

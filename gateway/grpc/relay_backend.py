@@ -32,6 +32,7 @@ from gateway.grpc.backend import (
 )
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
+from gateway.lifecycle.outcome import against_backend, broken_ending
 from gateway.metrics import GatewayMetrics
 from gateway.objectives import apply as apply_objective
 from gateway.relay import Relay
@@ -159,12 +160,13 @@ class RelayBackend:
             error = broken.kind
             log.warning("grpc stream broke backend=%s kind=%s", opened.route.backend, broken.kind)
             self.metrics.stream_errors.labels(opened.route.backend, broken.kind).inc()
-            stalled = broken.kind == "upstream_stalled"
-            failure = FailureKind.TIMEOUT if stalled else FailureKind.SERVER_ERROR
+            # Drained, past its deadline or the gateway's own fault: not the backend's
+            # (decided in gateway/lifecycle/outcome.py, as on the HTTP door).
+            failure = against_backend(broken_ending(broken.kind))
             yield _failed(broken.error, summary_metadata(opened.summary(time.perf_counter())))
         finally:
             self.relay.finish(inbound, opened, time.perf_counter(), failure, error)
-            self._count(endpoint, inbound.model, "200" if failure is None else "aborted")
+            self._count(endpoint, inbound.model, "200" if failure is None else failure.value)
 
     def _error_event(self, data: dict[str, Any], opened: OpenedStream) -> StreamFailed:
         error = data.get("error")
