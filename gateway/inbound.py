@@ -154,6 +154,7 @@ def parse_inbound(
     )
 
     door = door_body(endpoint.value)  # another door's body, seen as chat or completions
+    chat_form = False  # whether that form is what chat-only backends are sent (Messages)
     if door is not None:
         payload, chat_form = door(payload)
         max_tokens = _optional_int(payload, "max_tokens")
@@ -169,9 +170,7 @@ def parse_inbound(
         if not known_models.offers(model, endpoint.value):
             raise api_not_served(model, endpoint.path)
         payload["model"] = model  # the profile (prefix hashes, routing key) uses the public name
-    chat_body = None
-    if door is not None and chat_form:
-        chat_body = orjson.dumps(payload)
+    chat_body = orjson.dumps(payload) if chat_form else None
     make_profile = profile_from_chat if "messages" in payload else profile_from_completion
     try:
         profile = make_profile(payload, tenant, origin, block_tokens)
