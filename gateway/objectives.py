@@ -69,7 +69,10 @@ class ObjectivesConfig(_Strict):
     header: HeaderBounds = Field(
         default=HeaderBounds(), description=f"the {OBJECTIVE_HEADER} request header"
     )
-    early_rejection: EarlyRejectionConfig = EarlyRejectionConfig()
+    early_rejection: EarlyRejectionConfig = Field(
+        default=EarlyRejectionConfig(),
+        description="Refuse at once a request whose objective no backend can meet, instead of letting it miss.",
+    )
 
     @model_validator(mode="after")
     def _known_classes(self) -> ObjectivesConfig:

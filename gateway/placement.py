@@ -19,15 +19,25 @@ from pydantic import BaseModel, ConfigDict, Field
 class PlacementRule(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    allowed_regions: Annotated[list[str], Field(min_length=1)] | None = None
-    region_penalty_ms: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    allowed_regions: Annotated[list[str], Field(min_length=1)] | None = Field(
+        default=None,
+        description="The only regions its requests may be served from (data residency, a hard filter).",
+    )
+    region_penalty_ms: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="Per region, ms added to predicted TTFT (a preference, not a rule).",
+    )
 
 
 class PlacementConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tenants: dict[str, PlacementRule] = Field(default_factory=dict)
-    origins: dict[str, PlacementRule] = Field(default_factory=dict)
+    tenants: dict[str, PlacementRule] = Field(
+        default_factory=dict, description="Rules per tenant (X-Meridian-Tenant -> rule)."
+    )
+    origins: dict[str, PlacementRule] = Field(
+        default_factory=dict, description="Rules per client origin (region name -> rule)."
+    )
 
     def regions_named(self) -> set[str]:
         named: set[str] = set()

@@ -22,23 +22,46 @@ class SummaryPollConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    interval_s: Annotated[float, Field(gt=0)] = 2.0
-    jitter: Annotated[float, Field(ge=0, lt=1)] = 0.2
-    timeout_s: Annotated[float, Field(gt=0)] = 1.0
+    interval_s: Annotated[float, Field(gt=0)] = Field(
+        default=2.0, description="Seconds between polls of each downstream gateway's summary."
+    )
+    jitter: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.2, description="Random spread of the interval, as a fraction of it."
+    )
+    timeout_s: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="A poll taking longer fails."
+    )
     # A report older than this is dropped: the backend is then modelled like any other one.
-    drop_after_s: Annotated[float, Field(gt=0)] = 60.0
-    max_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024
+    drop_after_s: Annotated[float, Field(gt=0)] = Field(
+        default=60.0,
+        description="A summary older than this is dropped: the downstream gateway is then modelled like any backend.",
+    )
+    max_bytes: Annotated[int, Field(ge=1024)] = Field(
+        default=256 * 1024, description="Largest summary read."
+    )
 
 
 class ChainConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: Annotated[str, Field(pattern=GATEWAY_ID_PATTERN)] | None = None
+    id: Annotated[str, Field(pattern=GATEWAY_ID_PATTERN)] | None = Field(
+        default=None,
+        description="This gateway's id in a chain (X-Meridian-Via, hop timing). Default: '<region>-gw', else the host name.",
+    )
     # Gateways a request may pass through, this one included.
-    max_hops: Annotated[int, Field(ge=1, le=16)] = 3
-    summary: SummaryPollConfig = SummaryPollConfig()
+    max_hops: Annotated[int, Field(ge=1, le=16)] = Field(
+        default=3,
+        description="Gateways a request may pass through, this one included; beyond: 508.",
+    )
+    summary: SummaryPollConfig = Field(
+        default=SummaryPollConfig(),
+        description="How this gateway polls the summary of each gateway-kind backend.",
+    )
     # How long the summary endpoint reuses its answer (the probe interval is a good match).
-    summary_cache_s: Annotated[float, Field(ge=0)] = 1.0
+    summary_cache_s: Annotated[float, Field(ge=0)] = Field(
+        default=1.0,
+        description="How long this gateway's own summary endpoint reuses its answer, in seconds.",
+    )
 
     def gateway_id(self, region: str | None) -> str:
         if self.id is not None:

@@ -33,13 +33,32 @@ logger = logging.getLogger(__name__)
 class EngineMetricsConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    enabled: bool = True
-    path: str = "/metrics"
-    interval_s: float = Field(default=2.0, gt=0)
-    jitter: float = Field(default=0.2, ge=0, lt=1)
-    timeout_s: float = Field(default=1.0, gt=0)
-    max_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    concurrency: int = Field(default=8, ge=1)
+    enabled: bool = Field(
+        default=True,
+        description="Scrape each backend's Prometheus endpoint for queue, running and KV-cache signals.",
+    )
+    path: str = Field(default="/metrics", description="Path of the engine's metrics page.")
+    interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds between scrapes of each backend (keep it at most signals.probes.interval_s).",
+    )
+    jitter: float = Field(
+        default=0.2, ge=0, lt=1, description="Random spread of the interval, as a fraction of it."
+    )
+    timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="A scrape taking longer fails (the last good signals are kept, ageing).",
+    )
+    max_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Largest metrics page read; a larger one fails the scrape.",
+    )
+    concurrency: int = Field(
+        default=8, ge=1, description="Scrapes running at once across all backends."
+    )
 
 
 @dataclass(frozen=True, slots=True)

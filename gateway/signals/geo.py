@@ -35,24 +35,56 @@ logger = logging.getLogger(__name__)
 class RegionLocation(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    latitude: float = Field(ge=-90, le=90)
-    longitude: float = Field(ge=-180, le=180)
+    latitude: float = Field(ge=-90, le=90, description="Latitude in degrees.")
+    longitude: float = Field(ge=-180, le=180, description="Longitude in degrees.")
 
 
 class GeoConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    database_path: Path | None = None
-    reload_interval_s: float = Field(default=300.0, gt=0)
-    trusted_proxies: list[str] = Field(default_factory=list)  # CIDRs allowed to set XFF
-    regions: dict[str, RegionLocation] = Field(default_factory=dict)
-    default_origin: str | None = None  # a region name: where unlocatable clients are assumed
-    fibre_km_per_ms: float = Field(default=200.0, gt=0)
-    route_inflation: float = Field(default=1.5, ge=1)
-    constant_ms: float = Field(default=5.0, ge=0)
+    database_path: Path | None = Field(
+        default=None,
+        description="A MaxMind/GeoIP2 City or Country database file for client locations. None: clients' origin is unknown (or default_origin).",
+    )
+    reload_interval_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often the database file is checked for an update, in seconds.",
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="CIDRs of proxies allowed to set X-Forwarded-For; other clients are located by their own address.",
+    )
+    regions: dict[str, RegionLocation] = Field(
+        default_factory=dict,
+        description="Where each region is (name -> latitude/longitude), for client-to-region distance.",
+    )
+    default_origin: str | None = Field(
+        default=None, description="Region name assumed for clients that cannot be located."
+    )
+    fibre_km_per_ms: float = Field(
+        default=200.0,
+        gt=0,
+        description="Signal speed in fibre for the distance model, km per ms one way.",
+    )
+    route_inflation: float = Field(
+        default=1.5,
+        ge=1,
+        description="How much longer real network paths are than the great circle (multiplier).",
+    )
+    constant_ms: float = Field(
+        default=5.0,
+        ge=0,
+        description="Fixed round-trip cost added to every modelled client RTT, in ms.",
+    )
     # Measured client RTTs that override the model: ISO country code -> region -> ms.
-    measured_rtt_ms: dict[str, dict[str, float]] = Field(default_factory=dict)
-    cache_size: int = Field(default=4096, ge=0)
+    measured_rtt_ms: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Measured client RTTs that override the model: ISO country code -> region -> ms.",
+    )
+    cache_size: int = Field(
+        default=4096, ge=0, description="Client addresses whose location is cached."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> GeoConfig:

@@ -45,15 +45,40 @@ BACKEND_FAULTS = frozenset(
 class OutlierConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    enabled: bool = True
-    consecutive_failures: int = Field(default=5, ge=1)
-    interval_s: float = Field(default=10.0, gt=0)
-    failure_rate_threshold: float = Field(default=0.5, gt=0, le=1)
-    failure_rate_min_requests: int = Field(default=20, ge=1)
-    base_ejection_s: float = Field(default=30.0, gt=0)
-    max_ejection_s: float = Field(default=300.0, gt=0)
-    max_ejection_percent: float = Field(default=10.0, ge=0, le=100)
-    panic_threshold: float = Field(default=0.5, ge=0, le=1)  # 0 disables panic mode
+    enabled: bool = Field(
+        default=True,
+        description="Eject backends that fail repeatedly (Envoy-style outlier detection).",
+    )
+    consecutive_failures: int = Field(
+        default=5, ge=1, description="Failures in a row that eject a backend."
+    )
+    interval_s: float = Field(
+        default=10.0, gt=0, description="Window over which failure rates are judged, in seconds."
+    )
+    failure_rate_threshold: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Failure rate in a window (0..1] that ejects a backend.",
+    )
+    failure_rate_min_requests: int = Field(
+        default=20, ge=1, description="Requests a window needs before its failure rate counts."
+    )
+    base_ejection_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="First ejection's length; each repeat ejection lasts longer.",
+    )
+    max_ejection_s: float = Field(default=300.0, gt=0, description="Longest an ejection lasts.")
+    max_ejection_percent: float = Field(
+        default=10.0, ge=0, le=100, description="Most backends ejected at once, in percent of all."
+    )
+    panic_threshold: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="When fewer than this share of backends are healthy, health is ignored (panic mode); 0 disables it.",
+    )
 
 
 class OutlierEventKind(StrEnum):

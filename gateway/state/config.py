@@ -25,11 +25,15 @@ class _Section(BaseModel):
 
 
 class TlsConfig(_Section):
-    enabled: bool = False
-    ca_file: Path | None = None
-    cert_file: Path | None = None  # client certificate, for mutual TLS
-    key_file: Path | None = None
-    check_hostname: bool = True
+    enabled: bool = Field(default=False, description="Connect to Redis over TLS.")
+    ca_file: Path | None = Field(
+        default=None, description="CA bundle to verify the server with; None: the system's."
+    )
+    cert_file: Path | None = Field(default=None, description="Client certificate, for mutual TLS.")
+    key_file: Path | None = Field(default=None, description="Client certificate's private key.")
+    check_hostname: bool = Field(
+        default=True, description="Check the server certificate's host name."
+    )
 
     @model_validator(mode="after")
     def _cert_and_key_together(self) -> Self:
@@ -39,51 +43,118 @@ class TlsConfig(_Section):
 
 
 class StateTimeouts(_Section):
-    op_s: float = Field(default=0.25, gt=0, le=10)  # one store call, including its pipeline
-    connect_s: float = Field(default=0.5, gt=0, le=30)
-    breaker_failures: int = Field(default=3, ge=1)  # consecutive failures that open the breaker
-    breaker_reset_s: float = Field(default=1.0, gt=0)  # open -> half-open after this long
+    op_s: float = Field(
+        default=0.25, gt=0, le=10, description="One store call, including its pipeline, in seconds."
+    )
+    connect_s: float = Field(
+        default=0.5, gt=0, le=30, description="Connecting to the store, in seconds."
+    )
+    breaker_failures: int = Field(
+        default=3,
+        ge=1,
+        description="Consecutive store failures that open the breaker (local state only until it closes).",
+    )
+    breaker_reset_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="An open breaker tries again (half-open) after this long, in seconds.",
+    )
 
 
 class StateIntervals(_Section):
-    flush_s: float = Field(default=0.05, gt=0, le=5)  # batched writes are pipelined this often
-    refresh_s: float = Field(default=1.0, gt=0, le=60)  # periodic pull (safety net behind pub/sub)
-    lease_period_s: float = Field(default=6.0, gt=0.1, le=600)  # bound on probe-leader takeover
+    flush_s: float = Field(
+        default=0.05, gt=0, le=5, description="Batched writes are pipelined this often, in seconds."
+    )
+    refresh_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Periodic pull of shared state (the safety net behind pub/sub), in seconds.",
+    )
+    lease_period_s: float = Field(
+        default=6.0,
+        gt=0.1,
+        le=600,
+        description="Probe-leader lease period: bound on a takeover after the leader dies, in seconds.",
+    )
     in_flight_ttl_s: float = Field(
-        default=10.0, gt=0.1, le=600
+        description="A replica's in-flight counts expire this long after its last write (a dead replica's load is forgotten), in seconds.",
+        default=10.0,
+        gt=0.1,
+        le=600,
     )  # a dead replica's counts vanish after
 
 
 class StateBounds(_Section):
-    prefix_ttl_s: float = Field(default=600.0, gt=0)  # a block not seen for this long is forgotten
-    prefix_blocks_per_backend: int = Field(default=50_000, ge=16)
+    prefix_ttl_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="A prefix block not seen for this long is forgotten, in seconds.",
+    )
+    prefix_blocks_per_backend: int = Field(
+        default=50_000, ge=16, description="Most prefix blocks remembered per backend."
+    )
     signal_ttl_s: float = Field(
-        default=60.0, gt=0
+        description="Shared probe/scrape results older than this are ignored, in seconds.",
+        default=60.0,
+        gt=0,
     )  # probe/scrape results older than this are ignored
     ejection_ttl_s: float = Field(
-        default=3600.0, gt=0
+        description="Shared ejection records are kept at most this long, in seconds.",
+        default=3600.0,
+        gt=0,
     )  # ejection records are kept this long at most
     pending_blocks_per_backend: int = Field(
-        default=20_000, ge=16
+        description="Prefix writes kept per backend while the store is unreachable.",
+        default=20_000,
+        ge=16,
     )  # unsent writes kept while degraded
 
 
 class StateConfig(_Section):
     # "host": the workers of one ``meridian serve --workers N`` share the supervisor's store
     # over the Unix socket in ``url`` (set by the supervisor, not written by operators).
-    backend: Literal["memory", "redis", "redis-cluster", "host"] = "memory"
-    url: str | None = None  # redis://host:port/0, rediss://..., unix:///path/redis.sock
-    urls: tuple[str, ...] = ()  # cluster seed nodes, redis://host:port or rediss://host:port
-    username: str | None = None
-    password_env: str | None = None
-    password_file: Path | None = None
-    tls: TlsConfig = TlsConfig()
-    key_prefix: str = "meridian"  # one per deployment sharing a Redis
-    replica_id: str | None = None  # default: hostname-pid
-    leader_when_degraded: bool = True  # duplicate probes beat missing probes
-    timeouts: StateTimeouts = StateTimeouts()
-    intervals: StateIntervals = StateIntervals()
-    bounds: StateBounds = StateBounds()
+    backend: Literal["memory", "redis", "redis-cluster", "host"] = Field(
+        default="memory",
+        description="memory (one process), redis, redis-cluster, or host (the workers of one 'meridian serve --workers N').",
+    )
+    url: str | None = Field(
+        default=None,
+        description="Redis URL: redis://host:port/0, rediss://... (TLS) or unix:///path/redis.sock.",
+    )
+    urls: tuple[str, ...] = Field(
+        default=(), description="Redis Cluster seed nodes, redis://host:port or rediss://host:port."
+    )
+    username: str | None = Field(default=None, description="Redis ACL user name.")
+    password_env: str | None = Field(
+        default=None, description="Environment variable holding the Redis password."
+    )
+    password_file: Path | None = Field(default=None, description="File holding the Redis password.")
+    tls: TlsConfig = Field(
+        default=TlsConfig(), description="TLS to Redis (certificates, mutual TLS)."
+    )
+    key_prefix: str = Field(
+        default="meridian",
+        description="Prefix of every Redis key: one per deployment sharing a Redis.",
+    )
+    replica_id: str | None = Field(
+        default=None, description="This replica's id in shared state. Default: hostname-pid."
+    )
+    leader_when_degraded: bool = Field(
+        default=True,
+        description="When Redis is unreachable, probe as if leader (duplicate probes beat missing ones).",
+    )
+    timeouts: StateTimeouts = Field(
+        default=StateTimeouts(),
+        description="Store call and connect timeouts, and the circuit breaker in front of the store.",
+    )
+    intervals: StateIntervals = Field(
+        default=StateIntervals(),
+        description="How often state is written, refreshed and leases renewed.",
+    )
+    bounds: StateBounds = Field(
+        default=StateBounds(), description="How much shared state is kept and for how long."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -95,3 +95,38 @@ def test_check_config_prints_the_warnings(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert f"{path}: warning: backends[0].capacity.cold_start_ms:" in result.stderr
+
+
+def _properties(node: dict[str, Any], defs: dict[str, Any], path: str, seen: frozenset[str]):
+    """Every property under ``node``, following $ref, anyOf, items and additionalProperties."""
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        if name not in seen:
+            yield from _properties(defs[name], defs, path, seen | {name})
+        return
+    for key in ("anyOf", "oneOf", "allOf"):
+        for sub in node.get(key, ()):
+            yield from _properties(sub, defs, path, seen)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _properties(
+                node[key], defs, f"{path}[]" if key == "items" else f"{path}.*", seen
+            )
+    for name, sub in node.get("properties", {}).items():
+        where = f"{path}.{name}" if path else name
+        yield where, sub
+        yield from _properties(sub, defs, where, seen)
+
+
+def test_every_field_of_the_schema_is_described() -> None:
+    schema = json_schema()
+    undescribed = sorted(
+        {
+            where
+            for where, sub in _properties(schema, schema["$defs"], "", frozenset())
+            if not sub.get("description")
+        }
+    )
+    assert undescribed == [], (
+        f"{len(undescribed)} fields need Field(description=...): {undescribed}"
+    )
