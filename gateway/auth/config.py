@@ -59,6 +59,11 @@ class AuthConfig(_Strict):
         default="X-Meridian-Tenant",
         description="The header a trusted listener or an authenticated hop takes the tenant from.",
     )
+    cache_salt_secret_env: str | None = Field(
+        default=None,
+        description="Environment variable holding the secret of per-tenant vLLM cache_salt "
+        "(HMAC of the tenant): tenants never share an engine's prefix cache.",
+    )
     hop_keys: list[str] = Field(
         default_factory=list,
         description="SHA-256 (hex) of the secrets upstream Meridian gateways send as their "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.auth.cache_salt import salt_for
 from gateway.doors.grammar import MESSAGES, OPENAI, RESPONSES, Grammar
 from gateway.impossible import ImpossibleState
 from gateway.model_names import body_for_backend
@@ -51,6 +52,8 @@ def upstream_call(inbound: InboundRequest, state: RelayState, backend: str) -> U
             raise ImpossibleState("a Messages request without its chat translation")
         upstream_id = names.upstream_id(backend, inbound.model)
         body = body_for_backend(inbound.chat_body, inbound.model, upstream_id)
+        body = salt_for(state.config, backend, body, inbound.tenant)
         return UpstreamCall("/v1/chat/completions", body, OPENAI)
     grammar = _GRAMMARS.get(api, OPENAI)
-    return UpstreamCall(inbound.endpoint.path, inbound.body_for(names, backend), grammar)
+    body = salt_for(state.config, backend, inbound.body_for(names, backend), inbound.tenant)
+    return UpstreamCall(inbound.endpoint.path, body, grammar)

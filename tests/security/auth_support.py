@@ -60,6 +60,7 @@ def issue(
 class Recorder:
     url: str = ""
     tenants: list[str | None] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
 
 
 @contextlib.asynccontextmanager
@@ -69,6 +70,7 @@ async def recording_backend() -> AsyncIterator[Recorder]:
 
     async def chat(request: web.Request) -> web.Response:
         recorder.tenants.append(request.headers.get("X-Meridian-Tenant"))
+        recorder.bodies.append(orjson.loads(await request.read()))
         body = {
             "id": "x",
             "object": "chat.completion",
