@@ -42,7 +42,7 @@ from gateway.retry_budget import RetryAfterTable
 from gateway.signals.hub import SignalHub
 from gateway.signals.outlier import FailureKind
 from gateway.stream import OpenedStream
-from gateway.timing import TimingEntry
+from gateway.timing import TimingEntry, insert_after
 from gateway.upstream import UpstreamPool
 from gateway.walk import CandidateWalk, walk_hedged, walk_in_turn
 from routing.types import FirstTokenObserver, Observation, PolicyRouter, RequestProfile
@@ -218,7 +218,7 @@ class Relay:
         gw_ms = max(0.0, ttft_ms - upstream_ms)
         opened.route = replace(opened.route, attempts=walk.launched, hedges=walk.hedges)
         opened.entries[:0] = [TimingEntry("gw", gw_ms), TimingEntry("route", route_ms, policy)]
-        opened.entries.insert(4, TimingEntry("ttft", ttft_ms))
+        insert_after(opened.entries, "upstream_ttfb", TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
         opened.entries.extend(_prediction_entries(opened))
         name = opened.route.backend

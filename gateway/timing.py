@@ -81,6 +81,16 @@ def parse(header: str) -> list[TimingEntry]:
     return entries
 
 
+def insert_after(entries: list[TimingEntry], name: str, entry: TimingEntry) -> None:
+    """Put ``entry`` right after the entry called ``name`` (at the end when there is none):
+    entries are placed by name, never by position."""
+    for index, existing in enumerate(entries):
+        if existing.name == name:
+            entries.insert(index + 1, entry)
+            return
+    entries.append(entry)
+
+
 def label_hop(entries: Sequence[TimingEntry], hop: str) -> list[TimingEntry]:
     prefix = hop if _TOKEN.match(hop) else re.sub(r"[^A-Za-z0-9._-]", "_", hop)
     return [TimingEntry(f"{prefix}.{e.name}", e.dur_ms, e.desc) for e in entries]
