@@ -13,8 +13,10 @@ export CONTAINERS_CONF="$PWD/deploy/docker/ci/containers.conf"
 step() { STEP_NAME=$1; STEP_START=$(date +%s); }
 done_step() { echo "image-test: $STEP_NAME took $(( $(date +%s) - STEP_START )) s"; }
 
+# The dnsname CNI plugin lets compose services find each other by name (test_compose_up.py).
 step "container tools"
-sh scripts/install_debian_packages.sh podman=podman buildah=buildah runc=runc debootstrap=debootstrap
+PATH="$PATH:/usr/lib/cni" sh scripts/install_debian_packages.sh podman=podman buildah=buildah \
+    runc=runc debootstrap=debootstrap dnsname=golang-github-containernetworking-plugin-dnsname
 done_step
 
 step "base image"
@@ -38,6 +40,6 @@ done_step
 
 step "image test"
 MERIDIAN_IMAGE="$IMAGE" MERIDIAN_DEPLOY_TOOLS=required $BIN/pytest -q -p no:cacheprovider \
-    tests/deploy/test_image.py
+    tests/deploy/test_image.py tests/deploy/test_compose_up.py
 done_step
 podman image prune --force >/dev/null

@@ -22,6 +22,7 @@ module "topology" {
   backends = var.backends
   settings = var.settings
   dns_name = var.dns_name
+  hop_key  = var.hop_key
 }
 variable "regions" { type = any }
 variable "rtt_ms" { type = any }
@@ -29,6 +30,10 @@ variable "links" { type = any }
 variable "backends" { type = any }
 variable "settings" { type = any }
 variable "dns_name" { type = string }
+variable "hop_key" {
+  type    = any
+  default = null
+}
 output "operator_files" { value = module.topology.operator_files }
 output "steering_records" { value = module.topology.steering_records }
 HCL

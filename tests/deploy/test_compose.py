@@ -4,8 +4,7 @@ file passes check-config; the wiring is whole (every backend URL reaches a servi
 port, a delay proxy each way between each pair of regions, with the round trip the operator
 files assume).
 
-Not run end to end here: CI's podman has no container network plugins, which service names
-need. deploy/README.md says how to run it."""
+Started for real by test_compose_up.py under ``make image-test``."""
 
 from __future__ import annotations
 

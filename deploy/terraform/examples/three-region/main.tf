@@ -17,6 +17,7 @@ module "topology" {
   backends = var.backends
   settings = var.settings
   dns_name = var.dns_name
+  hop_key  = var.hop_key
 }
 
 provider "aws" {

@@ -85,6 +85,14 @@ backends = [
   },
 ]
 
+# Gateways authenticate to each other with one shared hop secret, mounted from the namespace's
+# meridian-secrets Secret; its SHA-256 (sha256sum hop-key) is what each gateway accepts. Replace
+# it with your secret's hash.
+hop_key = {
+  file   = "/etc/meridian-secrets/hop-key"
+  sha256 = "5e2bf57d3f40c4b6df69daf1936cb766f832374b4fc0259a7cbff06e2f70f269"
+}
+
 settings = {
   routing  = { policy = "predicted_ttft" }
   timeouts = { connect_s = 3, first_token_s = 30, inter_token_s = 30, total_s = 600 }

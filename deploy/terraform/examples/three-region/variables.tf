@@ -18,6 +18,12 @@ variable "backends" {
   type        = any
 }
 
+variable "hop_key" {
+  description = "See modules/topology."
+  type        = object({ file = string, sha256 = string })
+  default     = null
+}
+
 variable "settings" {
   description = "See modules/topology."
   type        = any

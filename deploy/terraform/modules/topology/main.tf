@@ -33,18 +33,27 @@ locals {
 
   # A link from -> to is a backend of kind gateway in `from`'s file, serving what `to` serves.
   link_entries = {
-    for link in var.links : link.from => {
+    for link in var.links : link.from => { for k, v in {
       name   = "${link.to}-gateway"
       region = link.to
       kind   = "gateway"
       engine = "meridian"
       url    = "${var.regions[link.to].gateway_url}/v1"
       models = local.models_in[link.to]
-    }...
+      # The hop secret, as a file reference; the linked gateway accepts its hash (auth below).
+      api_key = var.hop_key == null ? null : { file = var.hop_key.file }
+    } : k => v if v != null }...
   }
 
   # Through JSON, because the two branches are objects of different shapes (Terraform's
   # conditional wants one type).
+  # Clients need an API key (meridian keys create --redis-url ..., kept in the region's Redis);
+  # the other regions' gateways come in with the hop key.
+  auth = jsondecode(var.hop_key == null ? jsonencode({ mode = "keys" }) : jsonencode({
+    mode     = "keys"
+    hop_keys = [var.hop_key.sha256]
+  }))
+
   state = {
     for name, r in var.regions : name => jsondecode(r.redis == null ? jsonencode({ backend = "memory" }) : jsonencode({
       for k, v in {
@@ -73,6 +82,7 @@ locals {
         lookup(local.link_entries, name, []),
       )
       state  = local.state[name]
+      auth   = local.auth
       chain  = { id = "${name}-gw" }
       drain  = var.drain
       reload = { watch_interval_s = 10 }

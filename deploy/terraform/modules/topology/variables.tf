@@ -77,6 +77,19 @@ variable "admin" {
   default = {}
 }
 
+variable "hop_key" {
+  description = "How regional gateways authenticate to each other on chain links: the file each one reads the shared hop secret from (sent as its Bearer key), and that secret's SHA-256 in hex (each gateway accepts it as a hop; a hash, not the secret). null: no hop key (links then need auth off)."
+  type = object({
+    file   = string
+    sha256 = string
+  })
+  default = null
+  validation {
+    condition     = var.hop_key == null || can(regex("^[0-9a-f]{64}$", var.hop_key.sha256))
+    error_message = "hop_key.sha256 is 64 lowercase hex digits (sha256sum of the secret file)."
+  }
+}
+
 variable "drain" {
   description = "Graceful stop: seconds readiness fails before draining starts, and the drain deadline. The Kubernetes terminationGracePeriodSeconds must exceed their sum (see steering output)."
   type = object({

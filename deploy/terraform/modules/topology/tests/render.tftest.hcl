@@ -37,6 +37,7 @@ variables {
     { name = "aps1", region = "ap-southeast", url = "http://aps1:8000/v1", models = ["m8", "m70"], price = { hourly = 41 } },
   ]
   settings = { routing = { policy = "predicted_ttft" } }
+  hop_key  = { file = "/s/hop", sha256 = "0000000000000000000000000000000000000000000000000000000000000000" }
 }
 
 run "one_operator_file_per_region" {
@@ -84,6 +85,18 @@ run "chain_links_become_gateway_backends" {
   assert {
     condition     = length([for b in output.operator_configs["ap-southeast"].backends : b if b.kind == "gateway"]) == 0
     error_message = "ap-southeast has no links"
+  }
+}
+
+run "gateways_authenticate_to_each_other_with_the_hop_key" {
+  command = plan
+  assert {
+    condition     = alltrue([for b in output.operator_configs["us-east"].backends : b.api_key == { file = "/s/hop" } if b.kind == "gateway"])
+    error_message = "every link sends the hop secret from its file"
+  }
+  assert {
+    condition     = alltrue([for name, c in output.operator_configs : c.auth.mode == "keys" && c.auth.hop_keys == ["0000000000000000000000000000000000000000000000000000000000000000"]])
+    error_message = "every region requires keys and accepts the hop key's hash"
   }
 }
 
