@@ -68,7 +68,7 @@ async def _affinity_holds_across_replicas(t: Tier) -> None:
             fed, queued = await _fed(second, t.session)
             return fed > before and queued == 0
 
-        await wait_for(learned, 3.0)
+        await wait_for(learned, 30.0)
         turn2 = [
             *turn1,
             {"role": "assistant", "content": "Words."},
@@ -118,7 +118,7 @@ async def test_in_flight_counts_seen_by_both_replicas_add_up(
             states = await t.states()
             return all(_tier_total(s) == 5 for s in states)
 
-        await wait_for(both_see_five, 3.0)
+        await wait_for(both_see_five, 30.0)
         own = [sum(s["own_in_flight"].values()) for s in await t.states()]
         assert own == [3, 2]
         for response in opened:
@@ -127,7 +127,7 @@ async def test_in_flight_counts_seen_by_both_replicas_add_up(
         async def both_see_none() -> bool:
             return all(_tier_total(s) == 0 for s in await t.states())
 
-        await wait_for(both_see_none, 3.0)
+        await wait_for(both_see_none, 30.0)
 
 
 async def _leaders(t: Tier) -> dict[str, list[int]]:
