@@ -84,17 +84,27 @@ def prompt_ids(tokenizer: Tokenizer, payload: Mapping[str, Any]) -> Sequence[int
         if isinstance(prompt, list) and all(isinstance(p, int) for p in prompt):
             return prompt
         canonical = canonical_completion(prompt)
+    return canonical_ids(tokenizer, canonical)
+
+
+def canonical_ids(tokenizer: Tokenizer, canonical: bytes) -> Sequence[int]:
+    """Token ids of a canonical prompt (routing/prefix.py), as the model's tokenizer splits it."""
     ids: Sequence[int] = tokenizer.encode(
         canonical.decode(errors="replace"), add_special_tokens=False
     ).ids
     return ids
 
 
+def id_block_hashes(ids: Sequence[int], tenant: str, block_tokens: int) -> tuple[int, ...]:
+    """Chained hashes of blocks of exactly ``block_tokens`` token ids."""
+    packed = struct.pack(f"<{len(ids)}I", *ids)  # 4 bytes an id: block_hashes' unit
+    return block_hashes(packed, tenant, block_tokens)
+
+
 def retokenize(profile: RequestProfile, ids: Sequence[int]) -> RequestProfile:
     """The profile with the real prompt length and token-aligned prefix blocks."""
-    packed = struct.pack(f"<{len(ids)}I", *ids)  # 4 bytes an id: block_hashes' unit
     return dataclasses.replace(
         profile,
         prompt_tokens=len(ids),
-        prefix_hashes=block_hashes(packed, profile.tenant, profile.block_tokens),
+        prefix_hashes=id_block_hashes(ids, profile.tenant, profile.block_tokens),
     )

@@ -14,6 +14,7 @@ overall, with and without the tokenizer, and their ratio.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import tempfile
 from collections.abc import Callable, Sequence
@@ -139,6 +140,71 @@ def measure(
     return errors
 
 
+async def against_emulator(
+    tokenizer_path: Path, rng_seed: int, pairs: int
+) -> dict[str, list[float]]:
+    """Predicted vs measured TTFT through a gateway, without and with ``tokenizers:``, to one
+    emulated engine that counts with the tokenizer (prefill 2,000 tokens/s, so the prefill term
+    dominates). Each prompt pair warms a shared system prompt, then asks the second prompt."""
+    import aiohttp
+    import orjson
+
+    from gateway.app import start_gateway
+    from gateway.config import parse_config
+    from loadtests.emulator.config import EmulatedBackendConfig, EngineParams
+    from loadtests.emulator.server import start_emulated_backend
+
+    engine = EngineParams(
+        prefill_tokens_per_s=2_000.0, decode_base_ms=1.0, decode_per_seq_ms=0.0,
+        first_token_overhead_ms=1.0, block_tokens=BLOCK, tokenizer=str(tokenizer_path),
+    )  # fmt: skip
+    emulator = await start_emulated_backend(
+        EmulatedBackendConfig(name="e", models=("m",), engine=engine)
+    )
+    errors: dict[str, list[float]] = {}
+    try:
+        for method, tokenizers in (("bytes4", {}), ("tokenizer", {"m": str(tokenizer_path)})):
+            capacity = {"prefill_tokens_per_s": 2_000.0, "first_token_overhead_ms": 1.0}
+            config = parse_config(
+                {
+                    "backends": [
+                        {"name": "e", "region": "r", "url": emulator.url + "/v1", "models": ["m"],
+                         "capacity": capacity}
+                    ],
+                    "tokenizers": tokenizers,
+                    "signals": {"probes": {"enabled": False}, "engine_metrics": {"enabled": False}},
+                }
+            )  # fmt: skip
+            gateway = await start_gateway(config, "127.0.0.1", 0)
+            rng = random.Random(rng_seed)  # the same prompts for both methods
+            out = errors.setdefault(method, [])
+            async with aiohttp.ClientSession() as session:
+                await session.post(emulator.url + "/admin/reset")
+                for kind in KINDS.values():
+                    for _ in range(pairs):
+                        system = kind(rng, rng.randint(200, 1200))
+                        for user in (
+                            kind(rng, rng.randint(10, 200)),
+                            kind(rng, rng.randint(10, 200)),
+                        ):
+                            body = {**_chat(system, user), "max_tokens": 1, "stream": True}
+                            async with session.post(
+                                gateway.url + "/v1/chat/completions", json=body
+                            ) as r:
+                                route = r.headers["X-Meridian-Route"]
+                                raw = await r.read()
+                        predicted = float(route.rsplit("predicted_ttft_ms=", 1)[1])
+                        line = next(
+                            x for x in raw.split(b"\n") if x.startswith(b": meridian-timing ")
+                        )
+                        actual = orjson.loads(line.split(b" ", 2)[2])["ttft_ms"]
+                        out.append(abs(predicted - actual))
+            await gateway.close()
+    finally:
+        await emulator.close()
+    return errors
+
+
 def _pct(values: Sequence[float], pct: float) -> float:
     return percentile(values, pct) or 0.0
 
@@ -147,12 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200, help="prompt pairs per kind")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--emulator-pairs", type=int, default=15, help="pairs per kind, end to end")
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = train_tokenizer(rng, Path(tmp) / "tokenizer.json")
-    errors = measure(tokenizer, rng, args.pairs)
+        path = Path(tmp) / "tokenizer.json"
+        tokenizer = train_tokenizer(rng, path)
+        errors = measure(tokenizer, rng, args.pairs)
+        emulated = asyncio.run(against_emulator(path, args.seed, args.emulator_pairs))
     errors["all"] = {m: [e for k in KINDS for e in errors[k][m]] for m in ("bytes4", "tokenizer")}
     ms = 1000.0 / PREFILL_TOKENS_PER_S
     rows: dict[str, Any] = {}
@@ -177,7 +246,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{kind:<8} {fmt(base['p50_ms']):>11} {fmt(base['p99_ms']):>7} "
             f"{fmt(tok['p50_ms']):>13} {fmt(tok['p99_ms']):>7} {fmt(ratio, 3):>9}"
         )
+    print(
+        f"\nthrough a gateway to an emulator counting real tokens ({args.emulator_pairs} pairs per kind):"
+    )
+    print(f"{'method':<10} {'|predicted - actual| TTFT p50 ms':>32} {'p99 ms':>8}")
+    emulator_rows = {}
+    for method, values in emulated.items():
+        emulator_rows[method] = {
+            "p50_ms": _pct(values, 50),
+            "p99_ms": _pct(values, 99),
+            "n": len(values),
+        }
+        print(f"{method:<10} {fmt(_pct(values, 50)):>32} {fmt(_pct(values, 99)):>8}")
+    base, tok = emulator_rows["bytes4"], emulator_rows["tokenizer"]
+    ratios = {k: tok[k] / base[k] if base[k] else None for k in ("p50_ms", "p99_ms")}
+    print(f"{'ratio':<10} {fmt(ratios['p50_ms'], 3):>32} {fmt(ratios['p99_ms'], 3):>8}")
     payload = {
+        "against_emulator": {"rows": emulator_rows, "ratio_tokenizer_over_bytes4": ratios},
         "benchmark": "tokenizer",
         "pairs_per_kind": args.pairs,
         "block_tokens": BLOCK,

@@ -48,6 +48,11 @@ class EngineParams(_Frozen):
         default=16, ge=1, description="output length without max_tokens"
     )
     max_model_len: int = Field(default=32_768, ge=1)
+    tokenizer: str | None = Field(
+        default=None,
+        description="a tokenizer.json: prompt length and KV blocks in its tokens, as a real "
+        "engine counts them (needs the 'tokenizers' package); None = UTF-8 bytes / 4",
+    )
 
 
 class FaultConfig(_Frozen):

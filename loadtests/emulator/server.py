@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.tokenizer import load_tokenizers
 from loadtests.emulator import api_wires
 from loadtests.emulator.api_wires import Adapter
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
@@ -65,6 +66,8 @@ class EmulatedBackend:
         self.probe_rtt_ms: float | None = None
         self.rng = random.Random(config.seed)
         self.driver = RealtimeEngine(config.engine)
+        path = config.engine.tokenizer  # counts prompts in real tokens (gateway/tokenizer.py)
+        self.tokenizer = load_tokenizers({"engine": path})["engine"] if path else None
         self.metrics = EngineMetrics(config.models[0])
         self.stats = LiveStats(self.driver)
         self.created = int(time.time())

@@ -7,6 +7,7 @@ the sequence leave the engine at once, whatever phase it is in, and counts as ca
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import struct
 import time
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from gateway.tokenizer import canonical_ids, id_block_hashes
 from loadtests.emulator.engine import Event, EventKind, SequenceRequest
 from loadtests.emulator.faults import FaultPlan
 from loadtests.emulator.openai_format import Endpoint, ParsedRequest, ResponseIdentity
@@ -61,6 +63,10 @@ class GenerationContext:
         seq_id = backend.next_seq_id()
         max_tokens = parsed.max_tokens or engine.default_output_tokens
         hashes = block_hashes(parsed.canonical, tenant="default", block_tokens=engine.block_tokens)
+        if backend.tokenizer is not None:  # the engine's own tokens, not bytes / 4
+            ids = canonical_ids(backend.tokenizer, parsed.canonical)
+            parsed = dataclasses.replace(parsed, prompt_tokens=max(len(ids), 1))
+            hashes = id_block_hashes(ids, "default", engine.block_tokens)
         request = SequenceRequest(
             seq_id, parsed.prompt_tokens, max_tokens, hashes,
             stall_s=plan.stall_s, drip_s=plan.drip_s, die_after_tokens=plan.die_after_tokens,

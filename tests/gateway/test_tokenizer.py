@@ -104,3 +104,25 @@ async def test_a_gateway_with_a_tokenizer_serves(
 def test_tokenizer_mistakes_name_the_key(tokenizers: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(config_data("http://127.0.0.1:9", tokenizers), "gw.yaml")
+
+
+async def test_the_emulator_counts_with_its_tokenizer(tokenizer_path: Path) -> None:
+    from loadtests.emulator.config import EmulatedBackendConfig, EngineParams
+    from loadtests.emulator.server import start_emulated_backend
+    from routing.prefix import canonical_chat
+
+    engine = EngineParams(prefill_tokens_per_s=1e6, tokenizer=str(tokenizer_path))
+    emulator = await start_emulated_backend(
+        EmulatedBackendConfig(name="e", models=(MODEL,), engine=engine)
+    )
+    messages = [{"role": "user", "content": "the quick brown fox " * 20}]
+    try:
+        async with aiohttp.ClientSession() as session:
+            body = {"model": MODEL, "messages": messages, "max_tokens": 1}
+            async with session.post(emulator.url + "/v1/chat/completions", json=body) as response:
+                usage = (await response.json())["usage"]
+    finally:
+        await emulator.close()
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    real = tokenizer.encode(canonical_chat(messages).decode(), add_special_tokens=False).ids
+    assert usage["prompt_tokens"] == len(real) != -(-len(canonical_chat(messages)) // 4)
