@@ -133,7 +133,7 @@ class CostMarginPicker:
         best = float(scores.min())
         if best >= MISSES_OBJECTIVE:
             return self.fallback.pick(scores - MISSES_OBJECTIVE, rng)
-        near = np.flatnonzero(scores <= best * (1.0 + self.cost_margin_rel))
+        near = np.flatnonzero(scores <= best + abs(best) * self.cost_margin_rel)  # best may be < 0
         if len(near) == 1:
             return int(near[0]), 1
         return int(near[rng.randrange(len(near))]), len(near)

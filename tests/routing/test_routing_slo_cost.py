@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,8 +11,9 @@ from hypothesis import strategies as st
 
 from routing.cost import expected_cost
 from routing.fleet_view import FleetView
+from routing.pipeline.pickers import MarginPicker
 from routing.policies import build_router
-from routing.policies.slo_cost import MISSES_OBJECTIVE
+from routing.policies.slo_cost import MISSES_OBJECTIVE, CostMarginPicker
 from routing.price import Price
 from routing.types import FleetSnapshot
 from tests.routing.routing_fixtures import fleet, profile, state
@@ -172,3 +175,11 @@ def test_chosen_meets_the_objective_whenever_any_does_and_is_cheapest_within_mar
     else:
         fastest = min(c.predicted_ttft_ms or 0.0 for c in full)
         assert (chosen.predicted_ttft_ms or 0.0) <= fastest + 2.0 + 0.03 * fastest + 1e-9
+
+
+def test_the_cost_margin_holds_for_negative_scores() -> None:
+    """A keep-warm credit can push the best score below zero; the margin must still include it
+    (``best * (1 + rel)`` selected nothing there and crashed scenario 3)."""
+    picker = CostMarginPicker(0.05, MarginPicker())
+    chosen, among = picker.pick(np.array([-10.0, -9.8, 3.0]), random.Random(0))
+    assert chosen in (0, 1) and among == 2
