@@ -119,6 +119,10 @@ class Admission:
         """Gates alive now: one per model or tenant with requests in flight or queued."""
         return len(self._gates)
 
+    def held(self) -> int:
+        """Slots held and places queued over every gate (0 when no request is admitted)."""
+        return sum(gate.in_use + len(gate.waiters) for gate in self._gates.values())
+
     async def admit(self, model: str, tenant: str) -> Ticket:
         """A ticket holding the request's slots, or :class:`ApiError` 429/503 when full."""
         if not self.enabled:

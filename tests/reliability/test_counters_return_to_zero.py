@@ -1,0 +1,206 @@
+"""Every path a request can take, on both doors, leaves every request counter at zero.
+
+Success, each failure kind before the first token, the client leaving while it waits and
+mid-stream, admission refusal and the drain deadline mid-stream: afterwards the relay state's
+active count, drain membership, admission slots, the hub's in-flight counts and the
+``meridian_upstream_in_flight`` gauge are all back to zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+
+from gateway.app import RunningGateway, start_gateway
+from gateway.config import parse_config
+from gateway.grpc.client import inference_stub
+from gateway.grpc.mount import GRPC_SERVER
+from gateway.state_keys import RELAY
+from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
+from loadtests.emulator.server import RunningEmulator, start_emulated_backend
+from tests.grpc.grpc_support import FAST_ENGINE, chat
+from tests.reliability.support import metric_value
+from tests.servers import engine_holds, leave_once_admitted, refusing_port, settle
+
+SLOW = FAST_ENGINE.model_copy(update={"decode_base_ms": 20.0})
+# One model per behaviour, each served by its own backend.
+FAULTS = {
+    "ok": FaultConfig(),
+    "e500": FaultConfig(error_rate=1.0),
+    "e429": FaultConfig(rate_limit_rate=1.0, retry_after_s=0.0),
+    "stall": FaultConfig(stall_ms=600_000.0),
+    "slow": FaultConfig(),
+}
+
+
+class Rig:
+    def __init__(self, gateway: RunningGateway, emulators: dict[str, RunningEmulator]) -> None:
+        self.gateway, self.emulators = gateway, emulators
+        self.relay = gateway.app[RELAY]
+
+    def counters(self) -> dict[str, float]:
+        relay = self.relay
+        names = [*self.emulators, "refused"]
+        return {
+            "active": relay.state.active,
+            "drain": relay.drain.in_flight,
+            "admission": relay.state.admission.held(),
+            "hub": sum(relay.fleet.in_flight(n) for n in names),
+            "gauge": sum(
+                metric_value(self.gateway, "meridian_upstream_in_flight", {"backend": n})
+                for n in names
+            ),
+        }
+
+    async def back_to_zero(self) -> None:
+        await settle(lambda: not any(self.counters().values()))
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    async with AsyncExitStack() as stack:
+        emulators = {}
+        for name, faults in FAULTS.items():
+            emulator = await start_emulated_backend(
+                EmulatedBackendConfig(name=name, models=(f"m-{name}",), engine=SLOW, faults=faults)
+            )
+            stack.push_async_callback(emulator.close)
+            emulators[name] = emulator
+        backends = [
+            {"name": n, "region": "local", "url": e.url + "/v1", "models": [f"m-{n}"]}
+            for n, e in emulators.items()
+        ]
+        backends.append(
+            {
+                "name": "refused",
+                "region": "local",
+                "url": f"http://127.0.0.1:{refusing_port()}/v1",
+                "models": ["m-refused"],
+            }
+        )
+        data: dict[str, Any] = {
+            "listen": {"host": "127.0.0.1", "port": 0, "grpc_port": 0},
+            "backends": backends,
+            "timeouts": {"first_token_s": 600.0},
+            "admission": {"models": {"m-stall": {"max_concurrent": 1, "max_queue": 0}}},
+            "signals": {"outlier": {"enabled": False}},
+        }
+        gateway = await start_gateway(parse_config(data, "<zero-test>"))
+        stack.push_async_callback(gateway.close)
+        yield Rig(gateway, emulators)
+
+
+def _body(model: str, stream: bool = True, tokens: int = 4) -> dict[str, Any]:
+    return {
+        "model": f"m-{model}",
+        "stream": stream,
+        "max_tokens": tokens,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+
+async def _http(url: str, body: dict[str, Any]) -> int:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            await response.read()
+            return response.status
+
+
+async def _http_wait(url: str, body: dict[str, Any]) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", json=body) as response:
+            raise AssertionError(f"answered before the client left: {response.status}")
+
+
+async def test_every_http_path_returns_every_counter_to_zero(rig: Rig) -> None:
+    url = rig.gateway.url
+    assert await _http(url, _body("ok")) == 200
+    assert await _http(url, _body("ok", stream=False)) == 200
+    assert await _http(url, _body("e500")) == 502
+    assert await _http(url, _body("e429")) == 429
+    assert await _http(url, _body("refused")) == 503
+    await rig.back_to_zero()
+    # The client leaves while waiting for the first token, and mid-stream.
+    await leave_once_admitted(rig.emulators["stall"], [_http_wait(url, _body("stall"))])
+    await rig.back_to_zero()
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(url + "/v1/chat/completions", json=_body("slow", tokens=500))
+        assert await response.content.readany()
+        response.close()
+    await rig.back_to_zero()
+    # Admission refuses a second request while one holds m-stall's only slot.
+    async with aiohttp.ClientSession() as session:
+        holder = asyncio.ensure_future(
+            _wait_on(session.post(url + "/v1/chat/completions", json=_body("stall")))
+        )
+        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        assert await _http(url, _body("stall")) == 503
+        holder.cancel()
+        assert isinstance(
+            (await asyncio.gather(holder, return_exceptions=True))[0], asyncio.CancelledError
+        )
+    await rig.back_to_zero()
+    # The drain deadline ends a running stream.
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            url + "/v1/chat/completions", json=_body("slow", tokens=500)
+        ) as response:
+            assert await response.content.readany()
+            rig.relay.drain.end_everything()
+            assert b"gateway_draining" in await response.read()
+    await rig.back_to_zero()
+
+
+async def _wait_on(request: Any) -> None:
+    async with request as response:
+        raise AssertionError(f"answered before the client left: {response.status}")
+
+
+async def test_every_grpc_path_returns_every_counter_to_zero(rig: Rig) -> None:
+    target = rig.gateway.app[GRPC_SERVER].target
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = inference_stub(channel)
+
+        async def run(model: str, tokens: int = 4) -> grpc.StatusCode:
+            call = stub.ChatCompletion(chat(model=f"m-{model}", max_tokens=tokens))
+            try:
+                async for _ in call:
+                    pass
+            except grpc.aio.AioRpcError as error:
+                return error.code()
+            return grpc.StatusCode.OK
+
+        assert await run("ok") is grpc.StatusCode.OK
+        assert await run("e500") is not grpc.StatusCode.OK
+        assert await run("e429") is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert await run("refused") is grpc.StatusCode.UNAVAILABLE
+        await rig.back_to_zero()
+        # The client cancels while waiting for the first token, and mid-stream.
+        call = stub.ChatCompletion(chat(model="m-stall", max_tokens=4))
+        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        call.cancel()
+        await rig.back_to_zero()
+        call = stub.ChatCompletion(chat(model="m-slow", max_tokens=500))
+        assert (await call.read()).choices
+        call.cancel()
+        await rig.back_to_zero()
+        # Admission refusal while one call holds m-stall's slot, then the holder leaves.
+        holder = stub.ChatCompletion(chat(model="m-stall", max_tokens=4))
+        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        assert await run("stall") is grpc.StatusCode.UNAVAILABLE
+        holder.cancel()
+        await rig.back_to_zero()
+        # The drain deadline ends a running stream.
+        call = stub.ChatCompletion(chat(model="m-slow", max_tokens=500))
+        assert (await call.read()).choices
+        rig.relay.drain.end_everything()
+        with pytest.raises(grpc.aio.AioRpcError):
+            while await call.read() is not grpc.aio.EOF:
+                pass
+        await rig.back_to_zero()
