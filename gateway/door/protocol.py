@@ -90,8 +90,8 @@ class DoorRequestHandler(RequestHandler):
         self._head_timer = None
         if self._messages or self._request_in_progress or self.transport is None:
             return
-        assert self._door is not None
-        self._door.metrics.timeouts.labels("headers").inc()
+        if self._door is not None:  # set when the connection was admitted
+            self._door.metrics.timeouts.labels("headers").inc()
         self.transport.write(_TIMEOUT_RESPONSE)
         self.force_close()
 

@@ -159,7 +159,9 @@ class _Tree:
         status: Status = _UNSET,
     ) -> None:
         tracing = self.tracing
-        assert tracing.processor is not None
+        processor = tracing.processor
+        if processor is None:  # _tree() builds no tree without one: nothing to emit
+            return
         span = ReadableSpan(
             name,
             context=context,
@@ -173,7 +175,7 @@ class _Tree:
             end_time=tracing.epoch_ns(max(start, end)),
             instrumentation_scope=tracing.scope,
         )
-        tracing.processor.on_end(span)
+        processor.on_end(span)
 
 
 class SpanTree:
@@ -226,7 +228,9 @@ class SpanTree:
         outcome: Outcome,
         error: str | None,
     ) -> None:
-        assert record.hop is not None
+        hop = record.hop
+        if hop is None:  # _tree() builds no tree without one: nothing to emit
+            return
         attrs["http.response.status_code"] = status
         attrs["meridian.outcome"] = outcome.value
         if error is not None:
@@ -234,7 +238,7 @@ class SpanTree:
         tree.emit(
             f"{attrs['gen_ai.operation.name']} {record.inbound.model}",
             tree.server,
-            _parent(record.hop, tree.state),
+            _parent(hop, tree.state),
             SpanKind.SERVER,
             attrs,
             record.inbound.received_at,
