@@ -8,6 +8,7 @@ import sys
 
 import orjson
 
+from gateway.auth.wiring import check_listener
 from gateway.config import ConfigError, json_schema, load_config
 from gateway.config_secrets import unresolved_secrets
 from gateway.config_warnings import config_warnings
@@ -30,6 +31,7 @@ def main(argv: list[str]) -> int:
         parser.error("a config file is required (or --schema)")
     try:
         config = load_config(args.config)
+        check_listener(config.auth, config.listen.host)  # what serve would refuse, said here
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1
