@@ -44,7 +44,8 @@ unit: $(STAMP)
 	MERIDIAN_DEPLOY_TOOLS=required $(BIN)/pytest
 
 ## Build the container image (podman, debootstrap base, no network) and test it; .ci/run runs it.
-image-test: $(STAMP)
+## Needs what setup installs too (podman-compose in .venv-deploy/), so it also runs alone.
+image-test: setup
 	sh scripts/image_test.sh
 
 ## Gateway overhead benchmark (not part of the tests): direct vs through the gateway.
