@@ -102,11 +102,13 @@ class SecretRef(_Strict):
             if value is None:
                 raise ConfigError(f"environment variable {self.env} is not set")
             return value.strip()
-        assert self.file is not None
+        path = self.file
+        if path is None:  # the validator above refuses this; never a crash
+            raise ConfigError("a secret needs 'env' or 'file'")
         try:
-            return self.file.read_text().strip()
+            return path.read_text().strip()
         except OSError as exc:
-            raise ConfigError(f"cannot read secret file {self.file}: {exc.strerror}") from exc
+            raise ConfigError(f"cannot read secret file {path}: {exc.strerror}") from exc
 
 
 class CapacityConfig(_Strict):

@@ -26,7 +26,11 @@ from typing import Any
 from loadtests.bench.records import BenchResult
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
-from loadtests.bench_overhead import Side, _side
+from loadtests.bench_overhead import (  # the same mock engine as the overhead benchmark
+    ENGINE,
+    Side,
+    _side,
+)
 from loadtests.peer_servers import (
     DEFAULT_VENVS,
     cpu_meter,
@@ -40,14 +44,6 @@ from loadtests.results_file import fmt, write_results
 
 MODEL = "peers-model"
 TOKENS = 32
-ENGINE = {
-    "max_num_seqs": 4096,
-    "max_num_batched_tokens": 10_000_000,
-    "prefill_tokens_per_s": 1e12,
-    "decode_base_ms": 5,
-    "decode_per_seq_ms": 0,
-    "first_token_overhead_ms": 20,
-}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gateway.state.config import StateConfig
+from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
 from gateway.state.keys import KeyLayout
 from gateway.state.memory import MemoryStore
 from gateway.state.redis_store import RedisStore
@@ -42,8 +43,7 @@ def open_store(config: StateConfig, wall: Callable[[], float] = time.time) -> St
     if config.backend == "host":
         from gateway.state.host_store import HostStore
 
-        assert config.url is not None  # StateConfig guarantees a unix:// url for "host"
-        return HostStore(urlsplit(config.url).path, config.timeouts.op_s)
+        return HostStore(urlsplit(_url(config)).path, config.timeouts.op_s)
     client = redis_client(config)
     return RedisStore(
         client, KeyLayout(config.key_prefix), retention, config.timeouts.op_s, wall=wall
@@ -62,8 +62,7 @@ def redis_client(config: StateConfig) -> Redis | RedisCluster:
             **options,
             **_tls_options(config, any(u.startswith("rediss://") for u in config.urls)),
         )
-    assert config.url is not None  # StateConfig guarantees it for backend "redis"
-    url = config.url
+    url = _url(config)
     if config.tls.enabled and url.startswith("redis://"):
         url = urlunsplit(urlsplit(url)._replace(scheme="rediss"))
     return Redis.from_url(url, **options, **_tls_options(config, url.startswith("rediss://")))
@@ -101,3 +100,12 @@ def _tls_options(config: StateConfig, wanted: bool) -> dict[str, Any]:
 def _cluster_node(url: str) -> ClusterNode:
     parts = urlsplit(url)
     return ClusterNode(parts.hostname or "127.0.0.1", parts.port or 6379)
+
+
+def _url(config: StateConfig) -> str:
+    """``state.url``, which StateConfig requires for the "redis" and "host" backends."""
+    if config.url is None:
+        raise StateUnavailable(
+            StateError(StateErrorKind.CONFIG, f"state.url is required for backend {config.backend}")
+        )
+    return config.url

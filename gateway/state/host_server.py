@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from gateway.state.host_wire import (
@@ -55,9 +55,9 @@ class HostStateServer:
         await self.store.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
+        task = asyncio.current_task()  # always set inside a coroutine the loop runs
+        if task is not None:
+            self._connections.add(task)
         try:
             while raw := await reader.readline():
                 message = read_message(raw)
@@ -75,7 +75,8 @@ class HostStateServer:
         except Exception:  # a bad message ends its connection, never the coordinator
             log.exception("host state connection failed")
         finally:
-            self._connections.discard(task)
+            if task is not None:
+                self._connections.discard(task)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
@@ -111,7 +112,6 @@ class HostStateServer:
 
     async def _stream_events(self, writer: asyncio.StreamWriter) -> None:
         events = self.store.events()
-        assert isinstance(events, AsyncGenerator)
         ticks = _with_ticks(events)
         try:
             async for batch in ticks:
@@ -122,10 +122,11 @@ class HostStateServer:
                 await writer.drain()
         finally:
             await ticks.aclose()  # first: it cancels the read it has pending on ``events``
-            await events.aclose()
+            if isinstance(events, AsyncGenerator):
+                await events.aclose()
 
 
-async def _with_ticks(events: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+async def _with_ticks(events: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
     """The store's events, with a ``None`` whenever none came for ``_TICK_S``."""
     iterator = events.__aiter__()
     pending: asyncio.Task[Any] | None = None

@@ -67,8 +67,8 @@ class _Workers:
             *self.plan.argv(index), stdout=asyncio.subprocess.PIPE
         )
         self.processes[index] = process
-        assert process.stdout is not None
-        first = await asyncio.wait_for(process.stdout.readline(), _READY_TIMEOUT_S)
+        stdout = process.stdout  # a pipe: asked for above
+        first = await asyncio.wait_for(stdout.readline(), _READY_TIMEOUT_S) if stdout else b""
         if not first.startswith(b"meridian listening on "):
             raise RuntimeError(f"worker {index} did not start (exit {await process.wait()})")
 
