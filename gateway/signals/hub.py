@@ -21,26 +21,24 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.chain.config import ChainConfig
 from gateway.chain.poller import SummaryPoller
 from gateway.chain.report import DownstreamReport
 from gateway.observability.events import gateway_event
-from gateway.signals.engine_metrics import EngineMetricsConfig
+from gateway.signals.config import SignalsConfig as SignalsConfig
 from gateway.signals.engine_signals import EngineSignals
 from gateway.signals.errors import SignalError
-from gateway.signals.geo import ClientGeo, GeoConfig, GeoLocator
+from gateway.signals.geo import ClientGeo, GeoLocator
 from gateway.signals.metrics import SignalMetrics
 from gateway.signals.outlier import (
     FailureKind,
     HealthView,
-    OutlierConfig,
     OutlierDetector,
     OutlierEvent,
     OutlierEventKind,
 )
-from gateway.signals.probes import ProbeConfig, ProbeObserver, Prober, ProbeSummary
+from gateway.signals.probes import ProbeObserver, Prober, ProbeSummary
 from gateway.signals.rtt_policy import RttPolicy, routed_rtt
 from gateway.signals.shared_fleet import LeaderScraper, SharedFleet
 from gateway.signals.targets import BackendTarget
@@ -51,36 +49,6 @@ logger = logging.getLogger(__name__)
 
 
 _PROBED = RttPolicy()  # route on the probe's RTT as measured (the default)
-
-
-class SignalsConfig(BaseModel):
-    """The ``signals:`` section of Meridian's configuration."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    probes: ProbeConfig = Field(
-        default=ProbeConfig(), description="Active probes: round trip, health, optional canaries."
-    )
-    engine_metrics: EngineMetricsConfig = Field(
-        default=EngineMetricsConfig(), description="Scraping the engines' Prometheus metrics."
-    )
-    geo: GeoConfig = Field(
-        default=GeoConfig(),
-        description="Locating clients (GeoIP) and modelling their round trip to each region.",
-    )
-    outlier: OutlierConfig = Field(
-        default=OutlierConfig(), description="Ejecting backends that keep failing."
-    )
-    snapshot_min_interval_ms: float = Field(
-        default=5.0,
-        ge=0,
-        description="Shortest time between rebuilds of the fleet snapshot routing reads, in ms.",
-    )
-    tick_interval_s: float = Field(
-        default=1.0,
-        gt=0,
-        description="Period of the background housekeeping tick (readmissions, age gauges), in seconds.",
-    )
 
 
 class SignalHub(ProbeObserver):
