@@ -23,6 +23,7 @@ class InFlightLedger:
         # backend -> (reserved at, released at) of the latest releases, in release order
         self._finished: dict[str, deque[tuple[float, float]]] = {}
         self._warming_until: dict[str, float] = {}
+        self.warmed_at: dict[str, float] = {}  # backend -> our latest warm-up (routing.prewarm)
 
     def reserve(self, backend: str, now: float) -> None:
         times = self._opened.setdefault(backend, [])
@@ -92,6 +93,10 @@ class InFlightLedger:
     def mark_warming(self, backend: str, until: float) -> None:
         """A request was sent to a cold backend: later ones wait for the rest of that start."""
         self._warming_until[backend] = max(until, self._warming_until.get(backend, until))
+
+    def warmed(self, backend: str, now: float) -> None:
+        """A one-token warm-up request was sent to ``backend`` (activity: it resets idling)."""
+        self.warmed_at[backend] = max(now, self.warmed_at.get(backend, now))
 
     def warming(self, now: float) -> dict[str, float]:
         """Remaining cold-start time (ms) per backend still warming up after our requests."""

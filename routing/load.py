@@ -37,6 +37,7 @@ class LoadColumns:
         self.waiting = np.zeros(0)  # engine waiting (NaN: 0) less ``gone``
         self.running = np.zeros(0)  # engine running (NaN: 0) less what ``waiting`` could not
         self.last_reserved_at = np.zeros(0)  # NaN: none open
+        self.last_warmed_at = np.zeros(0)  # our latest warm-up (routing.prewarm); NaN: none
         self.local = np.zeros(0)  # max(in flight as the snapshot says, open reservations)
         self.depth = np.zeros(0)  # engine running + waiting + reserved since, else ``local``
         self.prefilling = Prefilling()  # our prefill work not yet in the engine's metrics
@@ -90,6 +91,17 @@ class LoadColumns:
         self.last_reserved_at[row] = np.nan if last is None else last
         self._update(row)
 
+    def warmed(self, row: int, now: float, cold_until: float | None) -> None:
+        """A warm-up was sent to ``row`` at ``now``; ``cold_until``: when the cold start it
+        set off ends, if the backend was possibly cold."""
+        assert self._view is not None
+        backend = self._view.names[row]
+        self.ledger.warmed(backend, now)
+        if cold_until is not None:
+            self.ledger.mark_warming(backend, cold_until)
+        self.last_warmed_at[row] = self.ledger.warmed_at[backend]
+        self.touched.add(row)
+
     def expire(self, now: float) -> None:
         """Let time move the prefilling sums (rows that changed are touched)."""
         self.touched.update(self.prefilling.expire(now))
@@ -118,6 +130,11 @@ class LoadColumns:
         self.gone = np.zeros(size)
         self._gone_since = view.metrics_as_of.copy()
         self.last_reserved_at = np.full(size, np.nan)
+        self.last_warmed_at = np.full(size, np.nan)
+        for backend, at in self.ledger.warmed_at.items():
+            row = view.index.get(backend)
+            if row is not None:
+                self.last_warmed_at[row] = at
         self.prefilling.allocate(view)
         self.prefilling.recount_all(now)
         for backend in self.ledger.recently_finished():

@@ -161,13 +161,14 @@ class RowTerms:
         if not (view.serverless[row] and timeout < _INF):
             base, timeout = _INF, 1.0  # idle is -inf: P(cold) is 0
         else:
-            # Our last traffic or reservation, or a scrape showing the engine running
+            # Our last traffic, reservation or warm-up, or a scrape showing the engine running
             # sequences then, whoever's they were. Waiting alone is not activity: a waking
             # engine queues everything until its cold start is over.
             busy = view.running0.item(row) > 0
             seen = (
                 view.last_traffic_at.item(row),
                 load.last_reserved_at.item(row),
+                load.last_warmed_at.item(row),
                 view.metrics_as_of.item(row) if busy else _NAN,
             )
             last = max((at for at in seen if at == at), default=_NAN)

@@ -15,7 +15,7 @@ from loadtests.sim.markdown import results_page, source_revision
 from loadtests.sim.path_events import reactions
 from loadtests.sim.plots import load_bars, ttft_cdf
 from loadtests.sim.replay_trace import ReplayTrace
-from loadtests.sim.report import comparison_lines, table, write_json
+from loadtests.sim.report import comparison_lines, serverless_lines, table, write_json
 from loadtests.sim.results import PolicyRun
 from loadtests.sim.scenario import ScenarioError, load_scenario
 from loadtests.sim.slo_summary import slo_report
@@ -139,11 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for reaction in found
         )
         print("\n" + path_text)
+    serverless = serverless_lines(summaries)
+    if serverless:
+        print("\n" + serverless)
     slo = slo_report(runs)
     if slo is not None:
         print("\nobjectives, deadlines and spend (definitions: loadtests/sim/slo_summary.py)")
         print(slo[0])
-    extra = "\n\n".join(text for text in (path_text, "" if slo is None else slo[0]) if text)
+    extra = "\n\n".join(
+        text for text in (path_text, serverless, "" if slo is None else slo[0]) if text
+    )
     if isinstance(trace, ReplayTrace):
         versus = replay_cli.recorded_versus(trace.file, scenario, summaries, recorded_policy)
         print("\n" + versus)

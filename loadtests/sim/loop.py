@@ -66,6 +66,7 @@ class Simulation:
         self._open: dict[int, _Open] = {}
         self._by_region = {r: [b for b in self.backends if b.region == r] for r in scenario.regions}
         self._paths: dict[str, set[int]] = {}  # backend -> its active path_delay events
+        self._warm_up_id = -1 - len(trace.background)  # below the background loads' ids
         self._handlers: dict[int, Callable[[float, int], None]] = {
             ARRIVAL: self._arrival, SUBMIT: self._submit, WAKE: self._wake,
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
@@ -170,6 +171,7 @@ class Simulation:
         state = self._open[i]
         request = state.request
         backend = self.backends[state.backend]
+        self._count_cold(backend, now)
         backend.engine.submit(
             SequenceRequest(i, request.prompt_tokens, request.max_tokens, state.hashes), now
         )
@@ -184,8 +186,33 @@ class Simulation:
         if not region:
             return
         backend = region[load.slot % len(region)]
+        self._count_cold(backend, now)
         backend.engine.submit(SequenceRequest(-1 - k, load.prompt_tokens, load.max_tokens), now)
         self._touched(backend, now)
+
+    def _count_cold(self, backend: SimBackend, now: float) -> None:
+        self.results.cold_starts += backend.engine.is_cold(now)
+
+    def _warm_ups(self, now: float) -> None:
+        """Each gateway's router names the serverless backends it keeps warm that need a
+        warm-up now (routing.prewarm); each gets a one-token request, sent at once (a warm-up
+        is tiny, and a few ms of its trip changes nothing the router sees)."""
+        for gateway, router in zip(self.signals.gateways, self.routers, strict=True):
+            if not isinstance(router, PipelineRouter):
+                continue
+            for name in router.warm_up(gateway.snapshot, now):
+                backend = self.by_name[name]
+                self.results.warm_ups += 1
+                self._count_cold(backend, now)
+                backend.engine.submit(SequenceRequest(self._warm_up_id, 1, 1), now)
+                self._warm_up_id -= 1
+                self._touched(backend, now)
+
+    def _serverless_time(self, now: float, step: float) -> None:
+        for backend in self.backends:
+            if backend.engine.params.idle_timeout_s is not None:
+                self.results.serverless_s += step
+                self.results.serverless_warm_s += step * (not backend.engine.is_cold(now))
 
     def _touched(self, backend: SimBackend, now: float) -> None:
         backend.version += 1
@@ -266,6 +293,8 @@ class Simulation:
         if n % every_scrape == 0:
             self.signals.scrape(now)
         self.signals.rebuild(now)
+        self._warm_ups(now)
+        self._serverless_time(now, step)
         if now < self.trace.span_s:
             self._push((n + 1) * step, TICK, n + 1)
 

@@ -60,6 +60,19 @@ def table(summaries: Sequence[Summary]) -> str:
     return "\n".join(lines)
 
 
+def serverless_lines(summaries: Sequence[Summary]) -> str:
+    """What keeping serverless backends warm cost each policy ("" without serverless)."""
+    costed = [s for s in summaries if s.serverless_warm_share is not None]
+    if not costed:
+        return ""
+    lines = ["serverless cost: warm-ups sent, cold starts, share of serverless backend-time warm"]
+    for s in costed:
+        lines.append(
+            f"  {s.policy:<16} {s.warm_ups:>6} {s.cold_starts:>6} {s.serverless_warm_share:>7.1%}"
+        )
+    return "\n".join(lines)
+
+
 def comparison_lines(comparison: Comparison | None) -> str:
     if comparison is None:
         return ""

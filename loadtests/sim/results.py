@@ -32,6 +32,12 @@ class ResultColumns:
         self.backends = backends
         self.rejections = 0
         self.explorations = 0  # decisions that went to re-measure a backend (Decision.explored)
+        # Serverless cost: warm-up requests sent (routing.prewarm), engines woken from zero by
+        # any request, and backend-seconds warm out of all serverless backend-seconds.
+        self.warm_ups = 0
+        self.cold_starts = 0
+        self.serverless_warm_s = 0.0
+        self.serverless_s = 0.0
         # Objectives, deadlines and spend (docs/slo.md); NaN: the request has none.
         self.objective_ms: F64 = nan.copy()
         self.deadline_ms: F64 = nan.copy()

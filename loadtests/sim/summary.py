@@ -10,6 +10,8 @@ Definitions:
 - calibration (policies that predict): median |predicted - actual| / actual TTFT, and the
   share of actual TTFTs at or below the predicted p90.
 - exploration share: routed requests sent to re-measure a backend whose evidence was old.
+- serverless cost: warm-up requests sent (pre-warm), cold starts (an engine woken from zero
+  by any request, warm-ups included) and the share of serverless backend-time spent warm.
 - goodput: the share of requests that met the scenario's joint objective, TTFT within
   ``objective.ttft_ms`` and mean inter-token gap (end-to-end minus TTFT, over the tokens
   after the first) within ``objective.itl_ms``; rejected requests count as missed. (The
@@ -53,6 +55,11 @@ class Summary:
     exploration_share: float  # of routed requests, sent to re-measure a backend
     per_backend_requests: Mapping[str, int]
     wall_s: float
+    # Serverless cost (None without serverless backends): warm-ups sent, engines woken from
+    # zero (by any request), and the share of serverless backend-time spent warm.
+    warm_ups: int = 0
+    cold_starts: int = 0
+    serverless_warm_share: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -117,6 +124,11 @@ def summarize(
         exploration_share=res.explorations / max(1, len(trace) - res.rejections),
         per_backend_requests={b.name: int(counts[b.index]) for b in run.backends},
         wall_s=run.wall_s,
+        warm_ups=res.warm_ups,
+        cold_starts=res.cold_starts,
+        serverless_warm_share=(
+            res.serverless_warm_s / res.serverless_s if res.serverless_s > 0 else None
+        ),
     )  # fmt: skip
 
 

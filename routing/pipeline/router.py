@@ -15,7 +15,13 @@ from routing.load import LoadColumns
 from routing.pipeline.candidates import build_candidates, no_backend, rank
 from routing.pipeline.filters import Filter, FilterContext, apply_filters
 from routing.pipeline.pickers import Picker
-from routing.pipeline.scoring import FirstTokenLearner, PrefixKeeper, ScoreContext, Scorer
+from routing.pipeline.scoring import (
+    FirstTokenLearner,
+    PrefixKeeper,
+    Prewarmer,
+    ScoreContext,
+    Scorer,
+)
 from routing.prefix_index import PurgeProgress
 from routing.types import Decision, FleetSnapshot, Observation, RequestProfile
 
@@ -106,6 +112,18 @@ class PipelineRouter:
         if isinstance(self.scorer, PrefixKeeper):
             return self.scorer.purge_step(now, max_scan)
         return PurgeProgress(0, 0, True, 0)
+
+    def warm_up(self, fleet: FleetSnapshot, now: float) -> tuple[str, ...]:
+        """Backends the caller should send a one-token warm-up request to now (the policy's
+        pre-warm share, routing.prewarm); they count as sent. Call it on a timer (every
+        snapshot refresh is plenty), never on the request path."""
+        if not isinstance(self.scorer, Prewarmer):
+            return ()
+        if now > self._latest:
+            self._latest = now
+        view = self._views.get(fleet)
+        self.load.bind(view, now)
+        return self.scorer.warm_up(view, self.load, now)
 
     def reserve(self, backend: str, now: float) -> None:
         if now > self._latest:

@@ -66,6 +66,15 @@ class FirstTokenLearner(Protocol):
     def observe_first_token(self, observation: Observation) -> None: ...
 
 
+@runtime_checkable
+class Prewarmer(Protocol):
+    """A scorer that keeps part of the serverless pool warm (routing.prewarm)."""
+
+    def warm_up(self, view: FleetView, load: LoadColumns, now: float) -> tuple[str, ...]:
+        """Backends to send a one-token warm-up request to now (recorded as sent)."""
+        ...
+
+
 class StatelessScorer:
     """Base for scorers that keep no state between decisions."""
 

@@ -25,6 +25,7 @@ from routing.policies.params import CommonParams, assemble
 from routing.predictor import TERMS, PredictorParams, predict
 from routing.predictor_rows import RowTerms
 from routing.prefix_index import PrefixIndex, PurgeProgress, matching_chain
+from routing.prewarm import PrewarmParams, warm_up_rows
 from routing.types import LatencyClass, Observation, RequestProfile
 
 _RTT, _PREFILL, _STEP = (TERMS.index(name) for name in ("rtt", "prefill", "step"))
@@ -105,6 +106,22 @@ class PredictedTTFTParams(CommonParams):
     keep_warm_after: float = Field(
         default=0.5, gt=0, lt=1, description="...once idle this fraction of its idle timeout"
     )
+    prewarm_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="keep at least this share of the serverless backends warm (rounded up; 0: "
+        "off): the gateway sends each kept one that is cold, or idle for prewarm_after x its "
+        "idle timeout, a one-token warm-up request. Costs warm capacity (those backends never "
+        "scale to zero) and one warm-up per idle period; see routing.prewarm",
+    )
+    prewarm_after: float = Field(
+        default=0.8,
+        gt=0,
+        lt=1,
+        description="...a kept warm backend gets its warm-up once idle this fraction of its "
+        "idle timeout (below 1 - cold_ramp, or the predictor already doubts it is warm)",
+    )
 
 
 def cached_rows(
@@ -183,21 +200,37 @@ class PredictedTTFTScorer:
                 within_rel=params.explore_within_rel,
             )
         )  # fmt: skip
+        self.prewarm = PrewarmParams(params.prewarm_share, params.prewarm_after)
         self._exploring: Exploration | None = None
         self.params = params
         self._view: FleetView | None = None
         self._load: LoadColumns | None = None
 
-    def score(self, ctx: ScoreContext) -> Scores:
-        view = self._view = ctx.view
-        self._load = ctx.load
-        ctx.load.expire(ctx.now)
-        self.learner.decay(ctx.now)
+    def _sync(self, view: FleetView, load: LoadColumns, now: float) -> None:
+        self._view, self._load = view, load
+        load.expire(now)
+        self.learner.decay(now)
         for backend in list(self.learner.shifted):  # a few at most: steps are rare
             row = view.index.get(backend)
             if row is not None:
                 self.learner.reconcile_rtt(backend, view.rtt_ms.item(row))
-        self.row_terms.sync(view, ctx.load, self.learned, self.learned.sync(view))
+        self.row_terms.sync(view, load, self.learned, self.learned.sync(view))
+
+    def warm_up(self, view: FleetView, load: LoadColumns, now: float) -> tuple[str, ...]:
+        if self.prewarm.share <= 0.0:
+            return ()
+        self._sync(view, load, now)
+        rt = self.row_terms
+        rows = warm_up_rows(view, rt, self.prewarm, now)
+        for row in rows:
+            cold_ms = self.learned.cold_start_ms.item(row)
+            possibly_cold = now >= rt.warm_until.item(row)
+            load.warmed(row, now, now + cold_ms / 1000.0 if possibly_cold else None)
+        return tuple(view.names[row] for row in rows)
+
+    def score(self, ctx: ScoreContext) -> Scores:
+        view = ctx.view
+        self._sync(view, ctx.load, ctx.now)
         cached = cached_rows(self.index, view, ctx.profile, ctx.now)
         pred = predict(
             view, ctx.rows, ctx.profile, ctx.now, cached, ctx.load, self.learned, self.row_terms
