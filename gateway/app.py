@@ -24,6 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.observability.fleet_status import FleetStatusCollector
 from gateway.observability.status import add_status_routes
 from gateway.prefix_expiry import prefix_expiry_ctx
+from gateway.prewarm import prewarm_ctx
 from gateway.quota.limiter import QUOTAS, Quotas
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
@@ -118,6 +119,14 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     app.cleanup_ctx.append(
         prefix_expiry_ctx(
             lambda: relay.router, config.routing.prefix_sweep_interval_s, metrics.registry
+        )
+    )
+    app.cleanup_ctx.append(
+        prewarm_ctx(
+            lambda: relay.router,
+            lambda: relay.fleet,
+            config.signals.tick_interval_s,
+            metrics.registry,
         )
     )
     if config.listen.grpc_port is not None:

@@ -187,6 +187,15 @@ class SignalHub(ProbeObserver):
         """This replica's own open requests to ``backend`` (the snapshot has the tier's)."""
         return self._in_flight.get(backend, 0)
 
+    async def warm_up(self, backend: str) -> bool:
+        """Send ``backend`` a one-token canary now (the router's pre-warm asked for it); it
+        counts as traffic. False when ``backend`` is not in this fleet."""
+        target = self._targets.get(backend)
+        if target is None:
+            return False
+        await self.prober.canary_once(target)
+        return True
+
     def snapshot(self) -> FleetSnapshot:
         now = self._clock()
         cached = self._snapshot

@@ -70,6 +70,10 @@ class SharedPrefixRouter:
     def release(self, backend: str) -> None:
         self.inner.release(backend)
 
+    def warm_up(self, fleet: FleetSnapshot, now: float) -> tuple[str, ...]:
+        warm_up = getattr(self.inner, "warm_up", None)
+        return tuple(warm_up(fleet, now)) if callable(warm_up) else ()
+
     def purge_step(self, now: float, max_scan: int) -> PurgeProgress:
         purger = purger_of(self.inner)
         return purger.purge_step(now, max_scan) if purger else PurgeProgress(0, 0, True, 0)
