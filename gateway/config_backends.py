@@ -213,6 +213,12 @@ class BackendConfig(_Strict):
         text = str(self.url).rstrip("/")
         return text[: -len("/v1")] if text.endswith("/v1") else text
 
+    def offered_apis(self) -> frozenset[str]:
+        """The APIs clients may reach it by: ``apis``, plus Messages wherever chat is served
+        (translated to chat completions)."""
+        apis = frozenset(self.apis)
+        return apis | {"messages"} if "chat" in apis else apis
+
     def spec(self) -> BackendSpec:
         cap = self.capacity
         return BackendSpec(
@@ -228,4 +234,5 @@ class BackendConfig(_Strict):
             idle_timeout_s=cap.idle_timeout_s,
             max_num_batched_tokens=cap.max_num_batched_tokens,
             price=None if self.price is None else self.price.price(),
+            apis=self.offered_apis(),
         )

@@ -3,7 +3,9 @@ why it was chosen, ranked, filtered or ejected.
 
 ``GET /v1/meridian/route?model=M&prompt=TEXT[&origin=REGION|IP][&tenant=T][&max_tokens=N]``
 explains a one-message chat request; ``POST /v1/meridian/route[?origin=...]`` explains a whole
-OpenAI chat or completions body. The profile is built by the same code as a real request
+OpenAI chat or completions body. ``&api=embeddings`` (or responses, messages, ...) explains a
+request to that door instead (a POSTed body is then that API's body): backends without the API
+are listed as filtered (``serves_api``), exactly those the relay would not try. The profile is built by the same code as a real request
 (:func:`gateway.inbound.parse_inbound`) and the live router's ``explain`` is called on the live
 fleet snapshot: nothing is reserved, no learned state and no random sequence moves.
 
@@ -161,6 +163,7 @@ def explain_report(
         "gateway_region": snapshot.gateway_region,
         "origin": _origin(geo, profile.origin),
         "profile": {
+            "api": profile.api,
             "prompt_tokens": profile.prompt_tokens,
             "prefix_blocks": len(profile.prefix_hashes),
             "max_tokens": profile.max_tokens,
@@ -211,9 +214,33 @@ def resolve_origin(
     return geo.origin, geo
 
 
-def body_from_prompt(model: str, prompt: str, max_tokens: int | None) -> bytes:
-    body: Json = {"model": model, "messages": [{"role": "user", "content": prompt}]}
-    if max_tokens is not None:
+def endpoint_named(api: str | None) -> Endpoint | None:
+    """The door an explanation is asked for (``api``: chat, completions, embeddings, ...)."""
+    if api is None:
+        return None
+    try:
+        return Endpoint(api)
+    except ValueError:
+        known = ", ".join(e.value for e in Endpoint)
+        raise bad_request(f"'api' must be one of {known}", "api") from None
+
+
+def body_from_prompt(
+    model: str, prompt: str, max_tokens: int | None, endpoint: Endpoint | None = None
+) -> bytes:
+    """A one-message request for ``endpoint``'s API (chat when None)."""
+    body: Json = {"model": model}
+    if endpoint in (Endpoint.EMBEDDINGS, Endpoint.RESPONSES):
+        body["input"] = prompt
+    elif endpoint is Endpoint.COMPLETIONS:
+        body["prompt"] = prompt
+    else:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    if endpoint is Endpoint.MESSAGES:
+        body["max_tokens"] = max_tokens or 1  # required by the Messages API
+    elif endpoint is Endpoint.RESPONSES and max_tokens is not None:
+        body["max_output_tokens"] = max_tokens
+    elif endpoint is not Endpoint.EMBEDDINGS and max_tokens is not None:
         body["max_tokens"] = max_tokens
     return orjson.dumps(body)
 
@@ -226,10 +253,17 @@ def endpoint_of(body: bytes) -> Endpoint:
 
 
 def build_profile(
-    body: bytes, tenant: str, origin: str | None, known_models: ModelNames | frozenset[str]
+    body: bytes,
+    tenant: str,
+    origin: str | None,
+    known_models: ModelNames | frozenset[str],
+    endpoint: Endpoint | None = None,
 ) -> RequestProfile:
+    """The profile a real request with this body would get at ``endpoint``'s door (inferred
+    as chat or completions when None); it carries the API, so the explanation filters out
+    backends without it, as the relay does."""
     inbound = parse_inbound(
-        endpoint_of(body),
+        endpoint or endpoint_of(body),
         body,
         request_id="explain",
         tenant=tenant,
@@ -263,7 +297,7 @@ def _query_int(request: web.Request, key: str) -> int | None:
     return value
 
 
-async def _request_body(request: web.Request) -> bytes:
+async def _request_body(request: web.Request, endpoint: Endpoint | None) -> bytes:
     if request.method == "POST":
         return await request.read()
     model, prompt = request.query.get("model"), request.query.get("prompt")
@@ -271,7 +305,7 @@ async def _request_body(request: web.Request) -> bytes:
         raise bad_request("'model' query parameter is required", "model")
     if prompt is None:
         raise bad_request("'prompt' query parameter is required (or POST a request body)", "prompt")
-    return body_from_prompt(model, prompt, _query_int(request, "max_tokens"))
+    return body_from_prompt(model, prompt, _query_int(request, "max_tokens"), endpoint)
 
 
 async def explain_route(request: web.Request) -> web.Response:
@@ -288,9 +322,9 @@ async def explain_route(request: web.Request) -> web.Response:
     regions = known_regions(relay.fleet, [r.name for r in config.regions])
     origin, geo = resolve_origin(relay.fleet, request.query.get("origin"), regions)
     tenant = tenant_from(request.query.get("tenant") or request.headers.get("X-Meridian-Tenant"))
-    profile = relay.place(
-        build_profile(await _request_body(request), tenant, origin, relay.known_models)
-    )
+    endpoint = endpoint_named(request.query.get("api"))
+    body = await _request_body(request, endpoint)
+    profile = relay.place(build_profile(body, tenant, origin, relay.known_models, endpoint))
     header = request.headers.get(OBJECTIVE_HEADER)
     profile = with_objective(profile, config.objectives, header)
     report = explain_report(router, relay.fleet, profile, geo)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -173,7 +173,7 @@ def parse_inbound(
     chat_body = orjson.dumps(payload) if chat_form else None
     make_profile = profile_from_chat if "messages" in payload else profile_from_completion
     try:
-        profile = make_profile(payload, tenant, origin, block_tokens)
+        profile = replace(make_profile(payload, tenant, origin, block_tokens), api=endpoint.value)
     except RoutingError as exc:
         raise bad_request(exc.message) from None
     if isinstance(known_models, ModelNames):

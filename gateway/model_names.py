@@ -42,7 +42,7 @@ class ModelNames:
         ids = {b.name: dict(b.model_ids) for b in config.backends if b.model_ids}
         apis: dict[str, set[str]] = {}
         for backend in config.backends:
-            offered = set(backend.apis) | ({"messages"} if "chat" in backend.apis else set())
+            offered = backend.offered_apis()
             for model in backend.models:
                 apis.setdefault(model, set()).update(offered)
         return cls(

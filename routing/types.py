@@ -45,6 +45,8 @@ class BackendSpec:
     idle_timeout_s: float | None = None  # serverless scale-to-zero; None = always warm
     weight: float = 1.0
     price: Price | None = None  # what a request costs here (routing.cost); None: nothing
+    # The APIs (doors) it answers, by name ("chat", "embeddings", ...); None: every one.
+    apis: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,9 @@ class RequestProfile:
     # it came from (tenant class or the allowed header), for ``slo_cost`` and early rejection.
     ttft_objective_ms: float | None = None
     objective_class: str | None = None
+    # The API (door) the request came in by: only backends whose ``BackendSpec.apis`` has it
+    # are candidates, so explain ranks what the relay may really try. None: any backend.
+    api: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

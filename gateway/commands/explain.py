@@ -1,6 +1,6 @@
 """``meridian explain``: how the gateway would route one request, candidate by candidate.
 
-    meridian explain --config FILE --model M --prompt-file F [--origin REGION|IP] [--json]
+    meridian explain --config FILE --model M --prompt-file F [--origin REGION|IP] [--api A] [--json]
     meridian explain --url http://127.0.0.1:8080 --model M --prompt-file F [--origin ...]
 
 With ``--config`` it builds the configured router and a SignalHub, lets every probe and engine
@@ -32,13 +32,14 @@ from gateway.explain import (
     EXPLAIN_PATH,
     body_from_prompt,
     build_profile,
+    endpoint_named,
     explain_report,
     known_regions,
     render_text,
     resolve_origin,
 )
 from gateway.fleet import build_signal_hub
-from gateway.inbound import tenant_from
+from gateway.inbound import Endpoint, tenant_from
 from gateway.model_names import ModelNames
 from gateway.objectives import OBJECTIVE_HEADER, with_objective
 from gateway.signals.hub import SignalHub
@@ -58,6 +59,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tenant", default="default")
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument(
+        "--api",
+        choices=[e.value for e in Endpoint],
+        help="the door to explain a request to (default: chat, or completions for a prompt body)",
+    )
+    parser.add_argument(
         "--objective-ms", help="the request's p90 TTFT objective (sent as the objective header)"
     )
     parser.add_argument("--settle-s", type=float, default=5.0, help="bound on the first probes")
@@ -72,12 +78,12 @@ def _request_body(args: argparse.Namespace) -> bytes:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError:
         payload = None
-    if isinstance(payload, dict) and ("messages" in payload or "prompt" in payload):
+    if isinstance(payload, dict) and ({"messages", "prompt", "input"} & payload.keys()):
         payload["model"] = args.model
         if args.max_tokens is not None:
             payload["max_tokens"] = args.max_tokens
         return orjson.dumps(payload)
-    return body_from_prompt(args.model, raw, args.max_tokens)
+    return body_from_prompt(args.model, raw, args.max_tokens, endpoint_named(args.api))
 
 
 async def _settle(hub: SignalHub, config: GatewayConfig, bound_s: float) -> None:
@@ -104,9 +110,9 @@ async def _explain_from_config(args: argparse.Namespace, body: bytes) -> dict[st
         hub.tick()
         regions = known_regions(hub, [r.name for r in config.regions])
         origin, geo = resolve_origin(hub, args.origin, regions)
-        profile = build_profile(
-            body, tenant_from(args.tenant), origin, ModelNames.from_config(config)
-        )
+        names = ModelNames.from_config(config)
+        endpoint = endpoint_named(args.api)
+        profile = build_profile(body, tenant_from(args.tenant), origin, names, endpoint)
         profile = with_objective(profile, config.objectives.force_header(), args.objective_ms)
         return explain_report(router, hub, profile, geo)
     finally:
@@ -117,6 +123,8 @@ async def _explain_from_gateway(args: argparse.Namespace, body: bytes) -> dict[s
     params = {"tenant": args.tenant}
     if args.origin:
         params["origin"] = args.origin
+    if args.api:
+        params["api"] = args.api
     url = args.url.rstrip("/") + EXPLAIN_PATH
     timeout = aiohttp.ClientTimeout(total=max(args.settle_s, 1.0))
     headers = {} if args.objective_ms is None else {OBJECTIVE_HEADER: args.objective_ms}

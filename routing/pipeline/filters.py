@@ -62,6 +62,28 @@ class ServesModel:
         return f"does not serve model {ctx.profile.model!r}"
 
 
+class ServesApi:
+    """The door's API (embeddings, Anthropic Messages, ...): a backend without it is no
+    candidate, so a decision and its explanation name only backends the relay may try."""
+
+    name = "serves_api"
+    static = True
+
+    def static_key(self, profile: RequestProfile) -> Hashable:
+        return profile.api
+
+    def keep(self, ctx: FilterContext) -> Mask | None:
+        api = ctx.profile.api
+        if api is None:
+            return None
+        return np.fromiter(
+            (s.apis is None or api in s.apis for s in ctx.view.specs), np.bool_, len(ctx.view)
+        )
+
+    def reason(self, ctx: FilterContext, row: int) -> str:
+        return f"does not serve the {ctx.profile.api!r} API"
+
+
 class RegionAllowed:
     """Data residency: the gateway resolves tenant/origin placement into allowed regions."""
 
@@ -183,6 +205,7 @@ class DownstreamServes(_Dynamic):
 def default_filters(max_queue_ratio: float = 4.0) -> tuple[Filter, ...]:
     return (
         ServesModel(),
+        ServesApi(),
         RegionAllowed(),
         NotExcluded(),
         Healthy(),
