@@ -24,6 +24,7 @@ from gateway.chain.hop import LOOP_STATUS, ChainError, ChainErrorKind
 from gateway.doors.upstream import upstream_call
 from gateway.errors import ApiError
 from gateway.inbound import InboundRequest
+from gateway.lifecycle.handles import UpstreamHold, hold_upstream
 from gateway.metrics import GatewayMetrics
 from gateway.relay_state import ClassPolicy, RelayState
 from gateway.scrub import connect_words, scrub, status_words
@@ -32,6 +33,7 @@ from gateway.sse import SseSplitter
 from gateway.stream import OpenedStream, RouteInfo, is_malformed
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming
+from routing.reservation import Reservation
 from routing.types import Candidate, Observation
 
 log = logging.getLogger("meridian.attempt")
@@ -89,15 +91,16 @@ def error_message(body: bytes) -> str:
 
 
 async def run_attempt(
-    ctx: AttemptContext, candidate: Candidate, attempt: int
+    ctx: AttemptContext, candidate: Candidate, attempt: int, reservation: Reservation
 ) -> OpenedStream | AttemptFailure:
-    """Try ``candidate``; the router already counts it in flight (decide or reserve)."""
+    """Try ``candidate`` on ``reservation`` (the router's count for it, from decide or
+    reserve): the attempt's counts are one :class:`UpstreamHold`, ended on every exit but a
+    win, where it moves into the :class:`OpenedStream` for :meth:`Relay.finish`."""
     name = candidate.backend
     state = ctx.state
     timing = ConnectionTiming()
     sent_at = time.perf_counter()
-    state.fleet.on_request_start(name)
-    ctx.metrics.in_flight.labels(name).inc()
+    hold = hold_upstream(reservation, state.fleet, ctx.metrics)
     response: aiohttp.ClientResponse | None = None
     first_token_s = ctx.policy.first_token_s
     try:
@@ -107,7 +110,7 @@ async def run_attempt(
                 call.path, call.body, ctx.forward_headers, timing
             )
             if response.status != 200:
-                return await _status_failure(ctx, name, response)
+                return failed(ctx, hold, await _status_failure(name, response), response)
             spec = state.specs[name]
             route = RouteInfo(
                 name, spec.region, spec.kind.value, attempt, candidate.predicted_ttft_ms
@@ -121,23 +124,24 @@ async def run_attempt(
                 inter_token_s=ctx.policy.inter_token_s,
                 state=state,
                 grammar=call.grammar,
+                upstream_hold=hold,
             )
             failure = await _read_first(opened, ctx.inbound.stream)
             if failure is not None:
-                return failed(ctx, failure, response)
+                return failed(ctx, hold, failure, response)
     except TimeoutError:
         message = f"no first token within {first_token_s:.1f}s"
-        return failed(ctx, AttemptFailure(name, "timeout", message), response)
+        return failed(ctx, hold, AttemptFailure(name, "timeout", message), response)
     except (aiohttp.ClientError, OSError) as exc:
         log.warning("backend=%s connect failed: %s", name, scrub(repr(exc)))
-        return failed(ctx, AttemptFailure(name, "connect", connect_words(exc)), response)
+        return failed(ctx, hold, AttemptFailure(name, "connect", connect_words(exc)), response)
     except ApiError:  # the backend says the request itself is bad
-        state.router.release(name)
-        release(ctx, name, response, FailureKind.CLIENT_ERROR)
+        _close(response)
+        hold.end(FailureKind.CLIENT_ERROR)
         raise
     except BaseException:  # cancelled: the client went away, a hedge lost, the deadline
-        state.router.release(name)
-        release(ctx, name, response, FailureKind.CANCELLED)
+        _close(response)
+        hold.end(FailureKind.CANCELLED)
         raise
     _record_first_token(ctx, opened, candidate, timing, sent_at)
     return opened
@@ -196,9 +200,7 @@ async def _read_first(opened: OpenedStream, stream: bool) -> AttemptFailure | No
             return AttemptFailure(name, "empty", "stream ended before the first token")
 
 
-async def _status_failure(
-    ctx: AttemptContext, name: str, response: aiohttp.ClientResponse
-) -> AttemptFailure:
+async def _status_failure(name: str, response: aiohttp.ClientResponse) -> AttemptFailure:
     body = await response.content.read(_MAX_ERROR_BODY)
     message = error_message(body)
     if response.status == LOOP_STATUS:
@@ -206,38 +208,35 @@ async def _status_failure(
     if response.status in _CLIENT_ERROR_STATUSES:
         raise ApiError(response.status, message, "invalid_request_error", "upstream_rejected")
     log.warning("backend=%s HTTP %d: %s", name, response.status, message)
-    failure = AttemptFailure(
+    return AttemptFailure(
         name, "status", status_words(response.status), response.status, retry_after(response)
     )
-    return failed(ctx, failure, response)
 
 
 def failed(
-    ctx: AttemptContext, failure: AttemptFailure, response: aiohttp.ClientResponse | None
+    ctx: AttemptContext,
+    hold: UpstreamHold,
+    failure: AttemptFailure,
+    response: aiohttp.ClientResponse | None,
 ) -> AttemptFailure:
-    name = failure.backend
-    ctx.metrics.upstream_attempts.labels(name, failure.kind).inc()
-    release(ctx, name, response, failure.outlier_kind())
-    ctx.state.router.observe(
-        Observation(backend=name, at=time.monotonic(), ok=False, error_kind=failure.kind)
+    """An attempt failed before its first token: counted, and its hold ended with what the
+    router learns from it."""
+    ctx.metrics.upstream_attempts.labels(failure.backend, failure.kind).inc()
+    _close(response)
+    observation = Observation(
+        backend=failure.backend, at=time.monotonic(), ok=False, error_kind=failure.kind
     )
+    hold.end(failure.outlier_kind(), observation)
     return failure
 
 
-def release(
-    ctx: AttemptContext,
-    name: str,
-    response: aiohttp.ClientResponse | None,
-    failure: FailureKind | None,
-) -> None:
+def _close(response: aiohttp.ClientResponse | None) -> None:
     if response is not None:
         response.close()
-    ctx.metrics.in_flight.labels(name).dec()
-    ctx.state.fleet.on_request_end(name, failure is None, failure)
 
 
-def discard(ctx: AttemptContext, opened: OpenedStream) -> None:
+def discard(opened: OpenedStream) -> None:
     """A hedge that produced its first token too late: close it as if cancelled."""
     opened.close()
-    ctx.state.router.release(opened.route.backend)
-    release(ctx, opened.route.backend, None, FailureKind.CANCELLED)
+    if opened.upstream_hold is not None:
+        opened.upstream_hold.end(FailureKind.CANCELLED)

@@ -12,7 +12,7 @@ is held), if even the best ranked candidate's predicted TTFT at ``quantile`` exc
 left (``routing.deadline``), the request is refused: HTTP 503 with ``Retry-After`` (the
 predicted queue drain) and an OpenAI-shaped error, code ``deadline_unmeetable``; on gRPC
 ``UNAVAILABLE`` (503's mapping: stock clients retry it, elsewhere or later) with the same
-``retry-after`` and code in the trailers. The router's reservation is released.
+``retry-after`` and code in the trailers. The relay releases the router's reservation.
 Counted in ``meridian_early_rejections_total{class}``.
 """
 
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.errors import ApiError
 from gateway.header_bounds import HeaderBounds
 from routing.deadline import P90, unmeetable
-from routing.types import Decision, PolicyRouter, RequestProfile
+from routing.types import Decision, RequestProfile
 
 DEADLINE_HEADER = "X-Meridian-Deadline-Ms"
 CODE = "deadline_unmeetable"
@@ -88,15 +88,11 @@ def refusal(
 
 
 def refuse_if_unmeetable(
-    router: PolicyRouter,
     decision: Decision,
     profile: RequestProfile,
     config: EarlyRejectionConfig,
     received_at: float,
 ) -> ApiError | None:
-    """The relay's hook between deciding and relaying: the refusal (the router's reservation
-    already released), or None."""
-    error = refusal(decision, profile, config, time.perf_counter() - received_at)
-    if error is not None and decision.chosen is not None:
-        router.release(decision.chosen.backend)
-    return error
+    """The relay's hook between deciding and relaying: the refusal, or None. The relay holds
+    the decision's reservation and releases it with the refusal."""
+    return refusal(decision, profile, config, time.perf_counter() - received_at)

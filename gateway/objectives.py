@@ -37,7 +37,7 @@ from gateway.inbound import InboundRequest
 from gateway.pricing import OTHER_TENANT, SpendMetrics
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
-from routing.types import Decision, PolicyRouter, RequestProfile
+from routing.types import Decision, RequestProfile
 
 OBJECTIVE_HEADER = "X-Meridian-TTFT-Objective-Ms"
 HEADER_CLASS = "header"  # the class label of objectives set by the header
@@ -184,14 +184,14 @@ class ObjectiveMetrics:
 
     def refusal(
         self,
-        router: PolicyRouter,
         decision: Decision,
         profile: RequestProfile,
         config: ObjectivesConfig,
         received_at: float,
     ) -> ApiError | None:
-        """The relay's hook between deciding and relaying (``gateway.early_rejection``)."""
-        error = refuse_if_unmeetable(router, decision, profile, config.early_rejection, received_at)
+        """The relay's hook between deciding and relaying (``gateway.early_rejection``); the
+        relay releases the decision's reservation when this refuses."""
+        error = refuse_if_unmeetable(decision, profile, config.early_rejection, received_at)
         if error is not None:
             self.rejected.labels(profile.objective_class or "none").inc()
         return error

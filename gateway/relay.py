@@ -20,7 +20,6 @@ import logging
 import time
 from dataclasses import replace
 
-from gateway.admission import Ticket
 from gateway.attempt import AttemptContext, AttemptFailure
 from gateway.chain import relay_hooks as chain
 from gateway.config import GatewayConfig
@@ -28,6 +27,7 @@ from gateway.drain import DrainState, draining_error
 from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
+from gateway.lifecycle.handles import hold_request
 from gateway.metrics import GatewayMetrics
 from gateway.model_names import ModelNames
 from gateway.objectives import ObjectiveMetrics
@@ -45,6 +45,7 @@ from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry, insert_after
 from gateway.upstream import UpstreamPool
 from gateway.walk import CandidateWalk, walk_hedged, walk_in_turn
+from routing.reservation import decide
 from routing.types import FirstTokenObserver, Observation, PolicyRouter, RequestProfile
 
 log = logging.getLogger("meridian.relay")
@@ -136,7 +137,7 @@ class Relay:
         policy = state.policy(inbound.profile.latency_class)
         started = record.route_started = time.perf_counter()
         profile = self.place(inbound.profile)
-        decision = state.router.decide(profile, state.fleet.snapshot(), time.monotonic())
+        decision, first = decide(state.router, profile, state.fleet.snapshot(), time.monotonic())
         route_ms = record.route_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.route_decision.observe(route_ms / 1000.0)
         if decision.explored:  # the exploration budget at work (routing.exploration)
@@ -149,23 +150,23 @@ class Relay:
             raise no_backend(f"no backend can serve model '{inbound.model}' now ({reasons})", 1)
         metrics = self.objective_metrics  # early rejection: before any upstream work
         if refused := metrics.refusal(
-            state.router, decision, profile, state.config.objectives, inbound.received_at
+            decision, profile, state.config.objectives, inbound.received_at
         ):
+            if first is not None:
+                first.release()
             raise refused
         state.budget.on_request()
         ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy)
         walk = record.walk = CandidateWalk(
-            ctx, decision, state.config.limits.max_attempts, self.retry_after
+            ctx, decision, first, state.config.limits.max_attempts, self.retry_after
         )
         deadline = inbound.received_at + policy.total_s
         timer = asyncio.timeout(deadline - time.perf_counter())
-        state.enter()
-        self.drain.opening(timer)
-        ticket: Ticket | None = None
+        held = hold_request(state, self.drain, timer)
         try:
             async with timer:
                 queued_at = time.perf_counter()
-                ticket = await state.admission.admit(inbound.model, inbound.tenant)
+                await held.admit(state.admission, inbound.model, inbound.tenant)
                 record.queue_s = time.perf_counter() - queued_at
                 hedging = policy.hedging
                 won = await (
@@ -177,10 +178,7 @@ class Relay:
                 raise self._final_error(walk, inbound)
         except BaseException as exc:
             walk.abandon()
-            if ticket is not None:
-                ticket.release()
-            state.leave()
-            self.drain.opened(timer, None)
+            held.end()
             self._count_extra(walk)
             if isinstance(exc, TimeoutError) and timer.expired():
                 error = draining_error() if self.drain.expired else self._final_error(walk, inbound)
@@ -190,8 +188,8 @@ class Relay:
             raise
         opened, number = won
         record.winner = number
-        opened.ticket, opened.deadline = ticket, deadline
-        self.drain.opened(timer, opened)
+        opened.held, opened.deadline = held, deadline
+        held.streaming(opened)
         self._count_extra(walk)
         self._stamp(opened, walk, number, route_ms, decision.policy)
         opened.entries.extend(objective_entries(decision, profile))
@@ -274,44 +272,45 @@ class Relay:
         error: str | None = None,
     ) -> None:
         """Book-keeping once the client's response is over, or abandoned (``failure``;
-        ``error`` is the kind of a stream that broke, for the request log)."""
+        ``error`` is the kind of a stream that broke, for the request log). Every resource the
+        request holds is released here, by its :class:`RequestHold`, once."""
         opened.close()
         record, opened.record = opened.record, None  # one line per request, however called
         if record is not None:
             self.observer.finished(record, opened, now, failure, error)
         state = opened.state or self._state
-        if opened.ticket is not None:
-            opened.ticket.release()
-        state.leave()
-        self.drain.finished(opened)
-        name = opened.route.backend
-        self.metrics.in_flight.labels(name).dec()
-        state.fleet.on_request_end(name, failure is None, failure)
-        stats = opened.stats
-        tokens = opened.output_tokens()  # tokens, e2e and ITL metrics: the observer
-        self.objective_metrics.finish(inbound, opened, state.config.objectives)
-        if failure is FailureKind.CANCELLED:
-            state.router.release(name)  # an abandoned request says nothing about the backend
-            return
-        mean_itl = sum(stats.gaps_ms) / len(stats.gaps_ms) if stats.gaps_ms else None
-        state.router.observe(
-            Observation(
-                backend=name,
-                at=time.monotonic(),
-                ok=failure is None,
-                prompt_tokens=inbound.profile.prompt_tokens,
-                cached_tokens=opened.cached_tokens(),
-                output_tokens=tokens,
-                ttft_ms=opened.upstream_ttfb_ms if inbound.stream else None,
-                itl_ms=mean_itl,
-                predicted_ttft_ms=opened.route.predicted_ttft_ms,
-                predicted_terms_ms=opened.predicted_terms_ms,
-                prefix_hashes=inbound.profile.prefix_hashes,
-                tenant=inbound.tenant,
-                error_kind=None if failure is None else failure.value,
-                first_token_observed=opened.first_token_observed,
-            )
+        # An abandoned request says nothing about the backend: released, not learned from.
+        learned = (
+            None if failure is FailureKind.CANCELLED else _observation(inbound, opened, failure)
         )
+        if opened.held is not None:
+            opened.held.end(failure, learned)
+        # tokens, e2e and ITL metrics: the observer
+        self.objective_metrics.finish(inbound, opened, state.config.objectives)
+
+
+def _observation(
+    inbound: InboundRequest, opened: OpenedStream, failure: FailureKind | None
+) -> Observation:
+    """What routing learns from a request that ended with ``failure`` (None: it succeeded)."""
+    stats = opened.stats
+    mean_itl = sum(stats.gaps_ms) / len(stats.gaps_ms) if stats.gaps_ms else None
+    return Observation(
+        backend=opened.route.backend,
+        at=time.monotonic(),
+        ok=failure is None,
+        prompt_tokens=inbound.profile.prompt_tokens,
+        cached_tokens=opened.cached_tokens(),
+        output_tokens=opened.output_tokens(),
+        ttft_ms=opened.upstream_ttfb_ms if inbound.stream else None,
+        itl_ms=mean_itl,
+        predicted_ttft_ms=opened.route.predicted_ttft_ms,
+        predicted_terms_ms=opened.predicted_terms_ms,
+        prefix_hashes=inbound.profile.prefix_hashes,
+        tenant=inbound.tenant,
+        error_kind=None if failure is None else failure.value,
+        first_token_observed=opened.first_token_observed,
+    )
 
 
 def _error_for(failures: list[AttemptFailure], message: str) -> ApiError:

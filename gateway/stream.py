@@ -38,8 +38,8 @@ log = logging.getLogger("meridian.stream")
 _BACKEND_TIMING_COMMENT = b": server-timing "
 
 if TYPE_CHECKING:
-    from gateway.admission import Ticket
     from gateway.chain.hop import HopContext
+    from gateway.lifecycle.handles import RequestHold, UpstreamHold
     from gateway.observability.record import RequestRecord
     from gateway.relay_state import RelayState
 
@@ -118,7 +118,8 @@ class OpenedStream:
     saw_done: bool = False
     finished: bool = False
     state: RelayState | None = None  # the relay state the request started on
-    ticket: Ticket | None = None  # admission slots, released by Relay.finish
+    held: RequestHold | None = None  # active count, drain membership, admission: Relay.finish
+    upstream_hold: UpstreamHold | None = None  # the winning attempt's counts: Relay.finish
     consumed: int = 0  # upstream body bytes taken out of aiohttp's reader
     hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
     downstream_hops: list[dict[str, Any]] = field(default_factory=list)  # next gateway's timing

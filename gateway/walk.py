@@ -2,9 +2,11 @@
 
 :class:`CandidateWalk` hands out the next candidate to try, enforcing the limits that bound a
 request's upstream attempts: the attempt count, the retry budget (every attempt after the first
-— retry or hedge — spends a token), and each backend's ``Retry-After``. It also keeps the
-router's in-flight contract: ``decide`` counted the first choice; any other candidate is
-``reserve``d before it is tried, and a first choice that is skipped is ``release``d.
+— retry or hedge — spends a token), and each backend's ``Retry-After``. Each candidate it
+hands out comes with its router :class:`~routing.reservation.Reservation`: the first choice's
+is the one ``decide`` took (released here if that candidate is skipped, or by
+:meth:`CandidateWalk.abandon` if the walk never reaches it); any other is ``reserve``d as it
+is handed out. The attempt holds it from then on.
 
 :func:`walk_in_turn` tries one candidate at a time. :func:`walk_hedged` starts the next
 candidate too when the running ones have produced no first token by the hedge delay; the first
@@ -25,6 +27,7 @@ from gateway.hedging import ObservedTtft, hedge_delay_s
 from gateway.retry_budget import RetryAfterTable
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
+from routing.reservation import Reservation, reserve
 from routing.types import Candidate, Decision
 
 
@@ -39,6 +42,7 @@ class AttemptRecord:
 class CandidateWalk:
     ctx: AttemptContext
     decision: Decision
+    first: Reservation | None  # decide()'s count on the first choice, until handed out
     max_attempts: int
     retry_after: RetryAfterTable
     records: list[AttemptRecord] = field(default_factory=list)
@@ -53,40 +57,39 @@ class CandidateWalk:
     def launched(self) -> int:
         return len(self.records)
 
-    def next(self, hedge: bool = False) -> tuple[Candidate, int] | None:
-        """The next candidate to try and its attempt number, or None when the walk is over."""
+    def next(self, hedge: bool = False) -> tuple[Candidate, int, Reservation] | None:
+        """The next candidate to try, its attempt number and its reservation (the caller's to
+        hold from now), or None when the walk is over."""
         ranked = self.decision.ranked
-        router = self.ctx.state.router
         now = time.monotonic()
         while self.launched < self.max_attempts and self._index < len(ranked):
             candidate = ranked[self._index]
             self._index += 1
             if not serves(self.ctx.inbound, self.ctx.state, candidate.backend):
-                if self._index == 1:
-                    router.release(candidate.backend)  # decide() had counted it
+                self.abandon()  # decide() had counted the first choice
                 continue
             wait = self.retry_after.wait_s(candidate.backend, now)
             if wait > 0:
-                if self._index == 1:
-                    router.release(candidate.backend)  # decide() had counted it
+                self.abandon()
                 self.skipped_wait_s = min(wait, self.skipped_wait_s or wait)
                 continue
             if self.records and not self.ctx.state.budget.try_spend():
                 self.budget_denied = True
                 self._index -= 1  # not tried: a later attempt may still get a token
                 return None
-            if self._index > 1:
-                router.reserve(candidate.backend, now)
+            held, self.first = self.first, None
+            if held is None:
+                held = reserve(self.ctx.state.router, candidate.backend, now)
             self.records.append(AttemptRecord(candidate.backend, time.perf_counter(), hedge))
             self.hedges += hedge
-            return candidate, self.launched
+            return candidate, self.launched, held
         return None
 
     def abandon(self) -> None:
-        """The walk ends without trying the first choice: give decide()'s count back."""
-        if self._index == 0 and self.decision.ranked:
-            self._index = 1
-            self.ctx.state.router.release(self.decision.ranked[0].backend)
+        """Give decide()'s count on the first choice back unless an attempt took it."""
+        if self.first is not None:
+            self.first.release()
+            self.first = None
 
     def failed(self, attempt: int, failure: AttemptFailure) -> None:
         self.failures.append(failure)
@@ -110,8 +113,8 @@ class CandidateWalk:
 
 async def walk_in_turn(walk: CandidateWalk) -> tuple[OpenedStream, int] | None:
     while (step := walk.next()) is not None:
-        candidate, number = step
-        result = await run_attempt(walk.ctx, candidate, number)
+        candidate, number, held = step
+        result = await run_attempt(walk.ctx, candidate, number, held)
         if isinstance(result, OpenedStream):
             return result, number
         walk.failed(number, result)
@@ -131,8 +134,8 @@ async def walk_hedged(
         step = walk.next(hedge)
         if step is None:
             return None
-        candidate, number = step
-        running[loop.create_task(run_attempt(walk.ctx, candidate, number))] = number
+        candidate, number, held = step
+        running[loop.create_task(run_attempt(walk.ctx, candidate, number, held))] = number
         last_launch = loop.time()
         return candidate
 
@@ -161,15 +164,13 @@ async def walk_hedged(
                 launch(False)
         return None
     finally:
-        await _cancel_losers(walk.ctx, running)
+        await _cancel_losers(running)
 
 
-async def _cancel_losers(
-    ctx: AttemptContext, running: dict[asyncio.Task[OpenedStream | AttemptFailure], int]
-) -> None:
+async def _cancel_losers(running: dict[asyncio.Task[OpenedStream | AttemptFailure], int]) -> None:
     for task in running:
         task.cancel()
     results = await asyncio.gather(*running, return_exceptions=True)
     for result in results:
         if isinstance(result, OpenedStream):
-            discard(ctx, result)
+            discard(result)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from gateway.app import RunningGateway
 from gateway.config import GatewayConfig, parse_config
 from gateway.state_keys import METRICS
 from loadtests.emulator.config import EngineParams
+from routing.pipeline.router import PipelineRouter
 from tests.servers import EmulatorFactory as EmulatorFactory  # re-exported for annotations
 from tests.servers import GatewayFactory as GatewayFactory
 from tests.servers import engine_holds as engine_holds
@@ -124,6 +126,13 @@ def metric_value(running: RunningGateway, name: str, labels: dict[str, str] | No
     """A sample of the gateway's registry, as a scrape would read it (0.0 when absent)."""
     value = running.app[METRICS].registry.get_sample_value(name, labels or {})
     return 0.0 if value is None else value
+
+
+def router_in_flight(router: object, backend: str) -> int:
+    """The router's open reservations on ``backend`` (its anti-herding in-flight count)."""
+    if not isinstance(router, PipelineRouter):
+        raise TypeError(f"expected the gateway's own PipelineRouter, got {type(router).__name__}")
+    return router.ledger.open_count(backend, time.monotonic())
 
 
 def percentile(values: list[float], pct: float) -> float:

@@ -2,8 +2,8 @@
 
 Success, each failure kind before the first token, the client leaving while it waits and
 mid-stream, admission refusal and the drain deadline mid-stream: afterwards the relay state's
-active count, drain membership, admission slots, the hub's in-flight counts and the
-``meridian_upstream_in_flight`` gauge are all back to zero.
+active count, drain membership, admission slots, the router's reservations, the hub's in-flight
+counts and the ``meridian_upstream_in_flight`` gauge are all back to zero.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gateway.state_keys import RELAY
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from tests.grpc.grpc_support import FAST_ENGINE, chat
-from tests.reliability.support import metric_value
+from tests.reliability.support import metric_value, router_in_flight
 from tests.servers import engine_holds, leave_once_admitted, refusing_port, settle
 
 SLOW = FAST_ENGINE.model_copy(update={"decode_base_ms": 20.0})
@@ -52,6 +52,7 @@ class Rig:
             "drain": relay.drain.in_flight,
             "admission": relay.state.admission.held(),
             "hub": sum(relay.fleet.in_flight(n) for n in names),
+            "router": sum(router_in_flight(relay.router, n) for n in names),
             "gauge": sum(
                 metric_value(self.gateway, "meridian_upstream_in_flight", {"backend": n})
                 for n in names
