@@ -25,7 +25,7 @@ from gateway.observability.fleet_status import FleetStatusCollector
 from gateway.observability.status import add_status_routes
 from gateway.prefix_expiry import prefix_expiry_ctx
 from gateway.prewarm import prewarm_ctx
-from gateway.quota.limiter import QUOTAS, Quotas
+from gateway.quota.wiring import install_quotas
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
 from gateway.state.wiring import SharedState, install_shared_state
@@ -85,7 +85,6 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     app[CONFIG] = config
     app[METRICS] = metrics
     app[RELAY] = relay
-    app[QUOTAS] = Quotas(config.quotas, metrics.registry)  # gateway/quota: per key and tenant
     app[DOOR] = DoorPolicy(config.door, DoorMetrics.on(metrics.registry), app[ADMIN].ports)
     authenticator = install_auth(app, config.auth)  # gateway/auth: keys, tenants, hop keys
     if (
@@ -114,6 +113,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     app.cleanup_ctx.append(upstream_pool)
     # Starts before the hub, stops after it; the state route follows the hub a reload swaps in.
     install_shared_state(app, shared, lambda: relay.fleet)
+    install_quotas(app, config.quotas, metrics.registry, shared)  # gateway/quota: key, tenant
     app.cleanup_ctx.append(signals)
     app.cleanup_ctx.append(loop_health_ctx(metrics.registry))
     app.cleanup_ctx.append(

@@ -19,6 +19,7 @@ from gateway.auth.authenticator import Authenticator, KeyRing, authorize
 from gateway.auth.config import AuthConfig
 from gateway.auth.keys import PRINCIPAL, Principal, StoredKey
 from gateway.errors import ApiError
+from gateway.quota.limiter import Quotas
 
 log = logging.getLogger("meridian.auth")
 
@@ -113,12 +114,18 @@ def shared_keys_ctx(
     return lifecycle
 
 
-def door_check(authenticator: Authenticator) -> Callable[[str | None, str | None, str], str]:
-    """For a door without middleware (gRPC): authenticate, authorize the model, the tenant."""
+def door_check(
+    authenticator: Authenticator, quotas: Quotas | None = None
+) -> Callable[[str | None, str | None, str], str]:
+    """For a door without middleware (gRPC): authenticate, authorize the model, take one
+    request from the key's and tenant's quotas (429 → RESOURCE_EXHAUSTED; its tokens are not
+    counted there, but a key out of tokens is refused), the tenant."""
 
     def check(authorization: str | None, claimed_tenant: str | None, model: str) -> str:
         principal = authenticator.authenticate(authorization, claimed_tenant)
         authorize(principal, model)
+        if quotas is not None:
+            quotas.admit(principal.key_id, principal.tenant, 0)
         return principal.tenant
 
     return check

@@ -18,6 +18,7 @@ from gateway.config import GatewayConfig
 from gateway.grpc.relay_backend import RelayBackend
 from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits
+from gateway.quota.limiter import QUOTAS
 from gateway.state_keys import CONFIG, METRICS, RELAY
 
 __all__ = ["GRPC_SERVER", "grpc_server_config", "grpc_server_ctx"]
@@ -45,7 +46,9 @@ async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     backend = RelayBackend(app[RELAY], app[CONFIG], app[METRICS])
-    limits = dataclasses.replace(server_config.limits, authenticate=door_check(app[AUTH]))
+    limits = dataclasses.replace(
+        server_config.limits, authenticate=door_check(app[AUTH], app[QUOTAS])
+    )
     server_config = dataclasses.replace(server_config, limits=limits)
     async with serving_grpc(backend, server_config) as running:
         app[GRPC_SERVER] = running

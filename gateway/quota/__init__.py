@@ -6,6 +6,10 @@
   ``admit`` before any upstream call (429 with ``Retry-After`` and ``x-ratelimit-*``),
   ``charge`` for completion tokens once they are known.
 
-Per replica (in memory). Sharing buckets across replicas through the state store is not built
-yet: with N replicas the effective limit is up to N times the configured one.
+- :mod:`gateway.quota.allowance` — with shared state, a bucket kept in the store and spent
+  locally from an allowance (bounds and fail-open in its docstring).
+- :mod:`gateway.quota.refill` — claims allowances from the store in the background.
+- :mod:`gateway.quota.wiring` — which of the two a gateway uses, and the refiller's task.
+
+Without shared state (``state.backend: memory``) every replica has its own buckets.
 """

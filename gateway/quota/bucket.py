@@ -33,6 +33,9 @@ class Bucket:
         self.refill(now)
         self.tokens -= cost
 
+    def missed(self, cost: float) -> None:
+        """A request needing ``cost`` was refused: nothing to do, time refills it."""
+
     def wait_s(self, cost: float) -> float:
         """How long until ``cost`` tokens are there (after a failed take)."""
         missing = min(cost, self.burst) - self.tokens

@@ -31,6 +31,14 @@ class QuotaConfig(BaseModel):
     tenants: dict[str, QuotaLimits] = Field(
         default_factory=dict, description="Per-tenant overrides of per_tenant."
     )
+    allowance: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.1,
+        description="With shared state (state.backend redis, redis-cluster or host): the "
+        "share of a bucket's burst each replica claims from the store at a time and may "
+        "overdraw by. The replicas together admit at most limit x (1 + replicas x allowance); "
+        "smaller: tighter, but more store round trips (rate / (allowance x burst) a second "
+        "per busy bucket and replica).",
+    )
     max_tracked: Annotated[int, Field(ge=16)] = Field(
         default=100_000,
         description="Buckets kept at most; the least recently used full ones go first.",

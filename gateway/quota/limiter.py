@@ -13,10 +13,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.errors import ApiError
+from gateway.quota.allowance import Allowance, AllowanceLink
 from gateway.quota.bucket import Bucket
 from gateway.quota.config import QuotaConfig, QuotaLimits
 
 BucketKey = tuple[str, str, str]  # (scope: key | tenant, name, dimension: requests | tokens)
+AnyBucket = Bucket | Allowance
 
 
 def _reset(seconds: float) -> str:
@@ -29,15 +31,26 @@ class Quotas:
         config: QuotaConfig,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        link: AllowanceLink | None = None,
     ) -> None:
+        """``link``: share every bucket with the other replicas through the state store
+        (gateway/quota/allowance.py; its refiller runs in the background); None: this
+        replica's own buckets."""
         self.config = config
+        self.link = link
         self.enabled = bool(config.per_key or config.per_tenant or config.tenants)
         self._clock = clock
-        self._buckets: OrderedDict[BucketKey, Bucket] = OrderedDict()
+        self._buckets: OrderedDict[BucketKey, AnyBucket] = OrderedDict()
         self.refused = Counter(
             "meridian_quota_refused",
             "Requests refused with 429 by a key's or tenant's quota, before any upstream call",
             ["scope", "dimension"],
+            registry=registry,
+        )
+        self.fail_open = Counter(
+            "meridian_quota_fail_open",
+            "Requests admitted on this replica's own limits because the shared token buckets' "
+            "store did not answer (quotas fail open to per-replica limits)",
             registry=registry,
         )
 
@@ -49,7 +62,7 @@ class Quotas:
             return self.config.per_key
         return self.config.tenants.get(name, self.config.per_tenant)
 
-    def _bucket(self, key: BucketKey, limits: QuotaLimits, now: float) -> Bucket | None:
+    def _bucket(self, key: BucketKey, limits: QuotaLimits, now: float) -> AnyBucket | None:
         found = self._buckets.get(key)
         if found is not None:
             self._buckets.move_to_end(key)
@@ -57,15 +70,21 @@ class Quotas:
         if key[2] == "requests":
             if limits.rps is None:
                 return None
-            bucket = Bucket.full(limits.rps, limits.burst or max(1.0, limits.rps), now)
+            rate, burst = limits.rps, limits.burst or max(1.0, limits.rps)
         else:
             if limits.tokens_per_minute is None:
                 return None
-            tpm = float(limits.tokens_per_minute)
-            bucket = Bucket.full(tpm / 60.0, tpm, now)
+            rate, burst = limits.tokens_per_minute / 60.0, float(limits.tokens_per_minute)
+        bucket: AnyBucket
+        if self.link is None:
+            bucket = Bucket.full(rate, burst, now)
+        else:
+            bucket = Allowance("quota:" + ":".join(key), rate, burst, self.link)
         self._buckets[key] = bucket
         while len(self._buckets) > self.config.max_tracked:
-            self._buckets.popitem(last=False)  # least recently used
+            _, dropped = self._buckets.popitem(last=False)  # least recently used
+            if isinstance(dropped, Allowance):
+                dropped.dropped = True  # the refiller claims nothing more for it
         return bucket
 
     def _scopes(self, key_id: str | None, tenant: str) -> list[tuple[str, str, QuotaLimits]]:
@@ -83,7 +102,7 @@ class Quotas:
         if not self.enabled:
             return
         now = self._clock()
-        wanted: list[tuple[BucketKey, Bucket, float]] = []
+        wanted: list[tuple[BucketKey, AnyBucket, float]] = []
         for scope, name, limits in self._scopes(key_id, tenant):
             for dimension, cost in (("requests", 1.0), ("tokens", float(prompt_tokens))):
                 bucket = self._bucket((scope, name, dimension), limits, now)
@@ -92,9 +111,13 @@ class Quotas:
                     wanted.append(((scope, name, dimension), bucket, cost))
         short = [(key, bucket, cost) for key, bucket, cost in wanted if bucket.tokens < cost]
         if short:
+            for _, bucket, cost in short:
+                bucket.missed(cost)
             raise self._refusal(short, wanted)
         for _, bucket, cost in wanted:
             bucket.take(cost, now)
+        if self.link is not None and self.link.away and wanted:
+            self.fail_open.inc()
 
     def charge(self, key_id: str | None, tenant: str, tokens: int) -> None:
         """Completion tokens, once the response is over (they slow the next request down)."""
@@ -108,8 +131,8 @@ class Quotas:
 
     def _refusal(
         self,
-        short: list[tuple[BucketKey, Bucket, float]],
-        wanted: list[tuple[BucketKey, Bucket, float]],
+        short: list[tuple[BucketKey, AnyBucket, float]],
+        wanted: list[tuple[BucketKey, AnyBucket, float]],
     ) -> ApiError:
         key, bucket, cost = max(short, key=lambda item: item[1].wait_s(item[2]))
         self.refused.labels(key[0], key[2]).inc()

@@ -26,10 +26,16 @@ class _Lease:
     expires_at: float
 
 
+# Refilled buckets are dropped when a new one would pass this many (the workers of one host
+# share quota buckets here: one per key and tenant and dimension).
+_BUCKETS_BEFORE_SWEEP = 10_000
+
+
 @dataclass(slots=True)
 class _Bucket:
     tokens: float
     at: float
+    full_at: float = 0.0  # wall s when it has refilled: as good as absent (Redis: PEXPIRE)
 
 
 class MemoryStore:
@@ -44,6 +50,7 @@ class MemoryStore:
         self._ejections: dict[str, Ejection] = {}
         self._leases: dict[str, _Lease] = {}
         self._buckets: dict[str, _Bucket] = {}
+        self._sweep_buckets_at = _BUCKETS_BEFORE_SWEEP
         self._subscribers: set[asyncio.Queue[WriteBatch]] = set()
 
     @property
@@ -116,12 +123,18 @@ class MemoryStore:
         self, bucket: str, rate_per_s: float, burst: float, cost: float = 1.0
     ) -> TokenResult:
         now = self._wall()
+        if len(self._buckets) >= self._sweep_buckets_at and bucket not in self._buckets:
+            self._buckets = {k: b for k, b in self._buckets.items() if b.full_at > now}
+            # Amortised: the next sweep waits until the live ones have doubled.
+            self._sweep_buckets_at = max(_BUCKETS_BEFORE_SWEEP, 2 * len(self._buckets))
         state = self._buckets.setdefault(bucket, _Bucket(burst, now))
         state.tokens = min(burst, state.tokens + max(0.0, now - state.at) * rate_per_s)
         state.at = now
         if state.tokens >= cost:
             state.tokens -= cost
+            state.full_at = now + (burst - state.tokens) / rate_per_s
             return TokenResult(True, state.tokens, 0.0)
+        state.full_at = now + (burst - state.tokens) / rate_per_s
         return TokenResult(False, state.tokens, (cost - state.tokens) / rate_per_s)
 
     async def summary(self) -> StoreSummary:

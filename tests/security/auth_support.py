@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import grpc
 import orjson
 from aiohttp import web
 
 from gateway.auth.keys import digest, new_key
+from gateway.grpc.client import inference_stub
+from proto.meridian.v1 import inference_pb2 as pb
 from tests.servers import serving
 
 MODEL = "test-model"
@@ -92,3 +95,17 @@ async def recording_backend() -> AsyncIterator[Recorder]:
     async with serving(app) as url:
         recorder.url = url
         yield recorder
+
+
+async def grpc_call(target: str, metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:
+    request = pb.ChatCompletionRequest(
+        model=MODEL, messages=[pb.ChatMessage(role="user", text="hi")], max_tokens=2
+    )
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = inference_stub(channel).ChatCompletion(request, metadata=metadata)
+        try:
+            async for _ in call:
+                pass
+        except grpc.aio.AioRpcError as error:
+            return error.code()
+    return grpc.StatusCode.OK

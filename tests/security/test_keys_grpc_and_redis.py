@@ -13,12 +13,10 @@ import grpc
 import pytest
 
 from gateway.auth.wiring import AUTH
-from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
-from proto.meridian.v1 import inference_pb2 as pb
 from tests.gateway.support import FAST_ENGINE, config_for
 from tests.redis_server import RedisServer
-from tests.security.auth_support import CHAT, MODEL, issue, until
+from tests.security.auth_support import CHAT, MODEL, grpc_call, issue, until
 from tests.servers import EmulatorFactory, GatewayFactory, emulators, gateways
 
 GRPC_LISTEN = {"host": "127.0.0.1", "port": 0, "grpc_port": 0}
@@ -36,20 +34,6 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
-async def _grpc_call(target: str, metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:
-    request = pb.ChatCompletionRequest(
-        model=MODEL, messages=[pb.ChatMessage(role="user", text="hi")], max_tokens=2
-    )
-    async with grpc.aio.insecure_channel(target) as channel:
-        call = inference_stub(channel).ChatCompletion(request, metadata=metadata)
-        try:
-            async for _ in call:
-                pass
-        except grpc.aio.AioRpcError as error:
-            return error.code()
-    return grpc.StatusCode.OK
-
-
 async def test_grpc_door_needs_a_key_too(rig: tuple[EmulatorFactory, GatewayFactory]) -> None:
     emulator, gateway = rig
     backend = await emulator("b1")
@@ -63,14 +47,14 @@ async def test_grpc_door_needs_a_key_too(rig: tuple[EmulatorFactory, GatewayFact
     )
     target = running.app[GRPC_SERVER].target
     tenant_claim = ("x-meridian-tenant", "someone-else")
-    assert await _grpc_call(target, (tenant_claim,)) == grpc.StatusCode.UNAUTHENTICATED
+    assert await grpc_call(target, (tenant_claim,)) == grpc.StatusCode.UNAUTHENTICATED
     bad = (("authorization", "Bearer mrd_aaaaaaaa_" + "x" * 32),)
-    assert await _grpc_call(target, bad) == grpc.StatusCode.UNAUTHENTICATED
+    assert await grpc_call(target, bad) == grpc.StatusCode.UNAUTHENTICATED
     wrong_model = (("authorization", elsewhere.headers["Authorization"]),)
-    assert await _grpc_call(target, wrong_model) == grpc.StatusCode.PERMISSION_DENIED
+    assert await grpc_call(target, wrong_model) == grpc.StatusCode.PERMISSION_DENIED
     assert backend.stats.requests == 0
     ok = (("authorization", good.headers["Authorization"]), tenant_claim)
-    assert await _grpc_call(target, ok) == grpc.StatusCode.OK
+    assert await grpc_call(target, ok) == grpc.StatusCode.OK
     assert backend.stats.requests == 1
 
 

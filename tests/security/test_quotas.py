@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import aiohttp
+import grpc
 import pytest
 
 from gateway.errors import ApiError
+from gateway.grpc.mount import GRPC_SERVER
 from gateway.quota.config import QuotaConfig, QuotaLimits
 from gateway.quota.limiter import Quotas
 from tests.gateway.support import FAST_ENGINE, config_for
-from tests.security.auth_support import CHAT, MODEL, issue
+from tests.security.auth_support import CHAT, MODEL, grpc_call, issue
 from tests.servers import EmulatorFactory, GatewayFactory, emulators, gateways
 
 
@@ -118,3 +120,29 @@ async def test_quota_429_reaches_the_client_before_any_upstream_call(
     # first: 2 of its own burst; then second shares the tenant's 3 with first's 2.
     assert statuses == [200, 200, 429, 200, 429]
     assert backend.stats.requests == 3
+
+
+async def test_the_grpc_door_takes_from_the_same_quota(
+    rig: tuple[EmulatorFactory, GatewayFactory],
+) -> None:
+    emulator, gateway = rig
+    backend = await emulator("b1")
+    key = issue("acme")
+    running = await gateway(
+        config_for(
+            {"b1": backend.url},
+            listen={"host": "127.0.0.1", "port": 0, "grpc_port": 0},
+            auth={"keys": [key.entry]},
+            quotas={"per_key": {"rps": 0.001, "burst": 2}},
+        )
+    )
+    metadata = (("authorization", key.headers["Authorization"]),)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            running.url + "/v1/chat/completions", json=CHAT, headers=key.headers
+        ) as r:
+            assert r.status == 200
+    target = running.app[GRPC_SERVER].target
+    assert await grpc_call(target, metadata) == grpc.StatusCode.OK  # the second of two
+    assert await grpc_call(target, metadata) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert backend.stats.requests == 2
