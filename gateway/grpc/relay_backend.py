@@ -30,6 +30,7 @@ from gateway.grpc.backend import (
     StreamFailed,
     StreamOpened,
 )
+from gateway.http_api import TENANT_HEADER
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
 from gateway.lifecycle.outcome import against_backend, broken_ending
@@ -98,6 +99,9 @@ class RelayBackend:
             )
             model = inbound.model
             forward = {"X-Request-Id": inbound.request_id, **dict(request.forward_metadata)}
+            # The authenticated tenant (gateway/auth), believed by a chained gateway from a hop
+            # key (the backend's api_key), as on the HTTP door.
+            forward[TENANT_HEADER] = inbound.profile.tenant
             # The client's deadline bounds routing and every attempt; after the first token
             # gRPC itself enforces it by cancelling the call.
             async with asyncio.timeout(request.timeout_s):

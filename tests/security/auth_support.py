@@ -66,14 +66,32 @@ class Recorder:
     bodies: list[dict[str, Any]] = field(default_factory=list)
 
 
+async def _streamed(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    chunk = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}],
+    }
+    await response.write(b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
 @contextlib.asynccontextmanager
 async def recording_backend() -> AsyncIterator[Recorder]:
-    """An OpenAI-compatible upstream (non-streaming) that notes each X-Meridian-Tenant."""
+    """An OpenAI-compatible upstream (one chunk when streaming) that notes each
+    X-Meridian-Tenant."""
     recorder = Recorder()
 
-    async def chat(request: web.Request) -> web.Response:
+    async def chat(request: web.Request) -> web.StreamResponse:
         recorder.tenants.append(request.headers.get("X-Meridian-Tenant"))
         recorder.bodies.append(orjson.loads(await request.read()))
+        if recorder.bodies[-1].get("stream"):
+            return await _streamed(request)
         body = {
             "id": "x",
             "object": "chat.completion",

@@ -10,14 +10,23 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
 from gateway.app import start_gateway
 from gateway.auth.keys import digest
 from gateway.config import ConfigError, parse_config
+from gateway.grpc.mount import GRPC_SERVER
 from loadtests.emulator.config import FaultConfig
 from tests.gateway.support import FAST_ENGINE, config_for
-from tests.security.auth_support import CHAT, MODEL, issue, recording_backend, until
+from tests.security.auth_support import (
+    CHAT,
+    MODEL,
+    grpc_call,
+    issue,
+    recording_backend,
+    until,
+)
 from tests.servers import EmulatorFactory, GatewayFactory, emulators, gateways
 
 
@@ -200,4 +209,54 @@ async def test_chained_gateways_carry_the_tenant_with_a_hop_key(
         for headers in ({"X-Meridian-Tenant": "acme"}, {"Authorization": "Bearer not-the-secret"}):
             got, body, _ = await _post(downstream.url, headers)
             assert (got, body["error"]["code"]) == (401, "invalid_api_key")
+        assert recorder.tenants == ["acme"]
+
+
+async def test_the_grpc_door_carries_the_tenant_over_an_authenticated_hop(
+    rig: tuple[EmulatorFactory, GatewayFactory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Client -> gateway A over gRPC -> gateway B (a kind: gateway backend) -> engine: B acts
+    for the tenant of the client's key, told by A with the hop secret; without it B refuses."""
+    _, gateway = rig
+    hop_secret = "hop-secret-between-regions-0123456789"
+    monkeypatch.setenv("HOP_SECRET", hop_secret)
+    client_key = issue("acme")
+    grpc_listen = {"host": "127.0.0.1", "port": 0, "grpc_port": 0}
+    async with recording_backend() as recorder:
+        downstream = await gateway(
+            config_for(
+                {"c1": recorder.url},
+                listen=grpc_listen,
+                auth={"mode": "keys", "hop_keys": [digest(hop_secret)]},
+            )
+        )
+
+        def upstream_config(api_key: dict[str, str] | None) -> dict[str, Any]:
+            hop: dict[str, Any] = {"name": "gw-b", "region": "local", "kind": "gateway"}
+            hop |= {"url": downstream.url + "/v1", "models": [MODEL]}
+            if api_key is not None:
+                hop["api_key"] = api_key
+            return {
+                "backends": [hop],
+                "listen": grpc_listen,
+                "timeouts": {"first_token_s": 5.0},
+                "auth": {"keys": [client_key.entry]},
+                "chain": {"id": "gw-a"},
+            }
+
+        upstream = await gateway(parse_config(upstream_config({"env": "HOP_SECRET"}), "<test>"))
+        claims_evil = (
+            ("authorization", client_key.headers["Authorization"]),
+            ("x-meridian-tenant", "evil"),
+        )
+        target = upstream.app[GRPC_SERVER].target
+        assert await grpc_call(target, claims_evil) == grpc.StatusCode.OK
+        assert recorder.tenants == ["acme"]  # the key's tenant, carried over the hop
+        # A hop without the secret, and a client straight to B over gRPC: refused.
+        unauthenticated = await gateway(parse_config(upstream_config(None), "<test>"))
+        target = unauthenticated.app[GRPC_SERVER].target
+        assert await grpc_call(target, claims_evil) != grpc.StatusCode.OK
+        direct = downstream.app[GRPC_SERVER].target
+        tenant_only = (("x-meridian-tenant", "acme"),)
+        assert await grpc_call(direct, tenant_only) == grpc.StatusCode.UNAUTHENTICATED
         assert recorder.tenants == ["acme"]
