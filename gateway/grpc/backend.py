@@ -23,10 +23,15 @@ class RpcKind(StrEnum):
 
     CHAT = "chat"
     COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"  # unary: the answer is one StreamChunk (the whole body)
+    MESSAGES = "messages"  # Anthropic Messages: one StreamChunk per Messages event
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self is RpcKind.CHAT else "/v1/completions"
+        return f"/v1/{_PATHS.get(self, self.value)}"
+
+
+_PATHS = {RpcKind.CHAT: "chat/completions"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +58,8 @@ class StreamOpened:
 
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
-    """One OpenAI stream chunk (the parsed ``data:`` JSON of an SSE event)."""
+    """One OpenAI stream chunk (the parsed ``data:`` JSON of an SSE event); for Embeddings
+    the whole answer, for Messages one event's data object."""
 
     data: dict[str, Any]
 

@@ -70,6 +70,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000.0:.1f}"
 
 
+def _ended(sent_at: float) -> StreamEnded:
+    return StreamEnded((("server-timing", f"total;dur={_ms(time.perf_counter() - sent_at)}"),))
+
+
 class DirectHttpBackend:
     """``base_url`` is the server root (``http://host:port``); paths ``/v1/...`` are appended."""
 
@@ -114,14 +118,19 @@ class DirectHttpBackend:
                 if response.status != 200:
                     yield await _status_failure(response)
                     return
+                if response.content_type == "application/json":  # embeddings: one answer
+                    answer = orjson.loads(await response.read())
+                    yield StreamOpened((("x-meridian-route", f"backend={self.name}"),))
+                    yield StreamChunk(answer)
+                    yield _ended(sent_at)
+                    return
                 splitter = SseSplitter()
                 async for raw in response.content.iter_any():
                     for event in splitter.feed(raw):
                         if event.data is None:
                             continue
                         if event.is_done:
-                            total = time.perf_counter() - sent_at
-                            yield StreamEnded((("server-timing", f"total;dur={_ms(total)}"),))
+                            yield _ended(sent_at)
                             return
                         data = orjson.loads(event.data)
                         if "error" in data:
@@ -138,6 +147,9 @@ class DirectHttpBackend:
                                 )
                             )
                         yield StreamChunk(data)
+                        if data.get("type") == "message_stop":  # Messages ends without [DONE]
+                            yield _ended(sent_at)
+                            return
                 yield StreamFailed(502, "backend closed the stream before [DONE]", "stream_broken")
         except TimeoutError:
             yield StreamFailed(504, "backend did not finish within the deadline", "timeout")

@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 
 from gateway.config import GatewayConfig
-from gateway.doors.wire import public_model_renamer
 from gateway.errors import ApiError
 from gateway.grpc.backend import (
     BackendEvent,
@@ -30,6 +29,7 @@ from gateway.grpc.backend import (
     StreamFailed,
     StreamOpened,
 )
+from gateway.grpc.door_chunks import UpstreamErrorEvent, door_chunks
 from gateway.http_api import TENANT_HEADER
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound, request_id_from, tenant_from
@@ -141,25 +141,13 @@ class RelayBackend:
             if opened.hop is not None:  # this hop's span (W3C traceresponse), as over HTTP
                 initial.append(("traceresponse", opened.hop.trace.traceparent()))
             yield StreamOpened(tuple(initial))
-            rename = public_model_renamer(inbound, opened)  # the client's model name
-            async for event in opened.all_events():
-                if event.is_done:
-                    break
-                if event.data is None:
-                    continue
-                try:
-                    data = orjson.loads(rename(event.data))
-                except orjson.JSONDecodeError:
-                    raise StreamBroken(
-                        "upstream_malformed", "upstream sent a non-JSON event"
-                    ) from None
-                if isinstance(data, dict) and "error" in data:
-                    failure, error = FailureKind.SERVER_ERROR, "upstream_error_event"
-                    yield self._error_event(data, opened)
-                    return
+            async for data in door_chunks(inbound, opened):  # per API: gateway/grpc/door_chunks
                 yield StreamChunk(data)
             failure = None
             yield StreamEnded(summary_metadata(opened.summary(time.perf_counter())))
+        except UpstreamErrorEvent as event:
+            failure, error = FailureKind.SERVER_ERROR, "upstream_error_event"
+            yield self._error_event(event.data, opened)
         except StreamBroken as broken:
             error = broken.kind
             log.warning("grpc stream broke backend=%s kind=%s", opened.route.backend, broken.kind)

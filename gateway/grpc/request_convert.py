@@ -69,7 +69,7 @@ class ConvertedRequest:
         return orjson.dumps(self.body)
 
 
-def _json_field(text: str, field: str, expected: type) -> Any:
+def json_field(text: str, field: str, expected: type) -> Any:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -103,7 +103,7 @@ def _copy_common_tail(
             raise InvalidRequest("logit_bias", "values must be finite numbers")
         body["logit_bias"] = dict(message.logit_bias)
     if message.extra_json:
-        extra = _json_field(message.extra_json, "extra_json", dict)
+        extra = json_field(message.extra_json, "extra_json", dict)
         clash = sorted(set(extra) & set(body))
         if clash:
             raise InvalidRequest("extra_json", f"sets keys a typed field already sets: {clash}")
@@ -131,7 +131,7 @@ def _part_json(part: pb.ContentPart, field: str) -> dict[str, Any]:
         audio = part.input_audio
         return {"type": "input_audio", "input_audio": {"data": audio.data, "format": audio.format}}
     if kind == "other_json":
-        other: dict[str, Any] = _json_field(part.other_json, f"{field}.other_json", dict)
+        other: dict[str, Any] = json_field(part.other_json, f"{field}.other_json", dict)
         if not isinstance(other.get("type"), str):
             raise InvalidRequest(f"{field}.other_json", "needs a string 'type'")
         return other
@@ -178,16 +178,16 @@ def chat_request_to_body(request: pb.ChatCompletionRequest) -> ConvertedRequest:
     if request.metadata:
         body["metadata"] = dict(request.metadata)
     if request.tools_json:
-        body["tools"] = _json_field(request.tools_json, "tools_json", list)
+        body["tools"] = json_field(request.tools_json, "tools_json", list)
     choice = request.WhichOneof("tool_choice")
     if choice == "tool_choice_mode":
         if request.tool_choice_mode not in _TOOL_CHOICE_MODES:
             raise InvalidRequest("tool_choice_mode", f"must be one of {sorted(_TOOL_CHOICE_MODES)}")
         body["tool_choice"] = request.tool_choice_mode
     elif choice == "tool_choice_json":
-        body["tool_choice"] = _json_field(request.tool_choice_json, "tool_choice_json", dict)
+        body["tool_choice"] = json_field(request.tool_choice_json, "tool_choice_json", dict)
     if request.response_format_json:
-        body["response_format"] = _json_field(
+        body["response_format"] = json_field(
             request.response_format_json, "response_format_json", dict
         )
     _copy_common_tail(request, body)

@@ -34,6 +34,12 @@ from gateway.grpc.chunk_convert import (
     chat_chunk_from_json,
     completion_chunk_from_json,
 )
+from gateway.grpc.door_convert import (
+    embeddings_request_to_body,
+    embeddings_response_from_json,
+    messages_event_from_json,
+    messages_request_to_body,
+)
 from gateway.grpc.request_convert import (
     ConvertedRequest,
     InvalidRequest,
@@ -53,7 +59,9 @@ FORWARDED_FOR_KEY = "x-forwarded-for"
 FORWARDED_KEYS = frozenset({"traceparent", "tracestate"})
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
-Chunk = TypeVar("Chunk", pb.ChatCompletionChunk, pb.CompletionChunk)
+Chunk = TypeVar(
+    "Chunk", pb.ChatCompletionChunk, pb.CompletionChunk, pb.EmbeddingsResponse, pb.MessagesEvent
+)
 
 
 # (authorization metadata, claimed tenant, model) -> the tenant to act for, or raises ApiError.
@@ -112,6 +120,31 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         )
         async for chunk in _guarded(stream, context):
             yield chunk
+
+    async def Embeddings(
+        self, request: pb.EmbeddingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EmbeddingsResponse:
+        stream = self._relay(
+            RpcKind.EMBEDDINGS,
+            request,
+            embeddings_request_to_body,
+            embeddings_response_from_json,
+            context,
+        )
+        # Unary: the backend's one answer, after its stream ended (trailers set) or failed.
+        answers = [answer async for answer in _guarded(stream, context)]
+        if len(answers) != 1:
+            await context.abort(grpc.StatusCode.INTERNAL, "backend sent no single answer")
+        return answers[0]
+
+    async def Messages(
+        self, request: pb.MessagesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.MessagesEvent]:
+        stream = self._relay(
+            RpcKind.MESSAGES, request, messages_request_to_body, messages_event_from_json, context
+        )
+        async for event in _guarded(stream, context):
+            yield event
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext

@@ -72,6 +72,16 @@ def add_inference_servicer(servicer: pb_grpc.InferenceServicer, server: grpc.aio
             request_deserializer=_raw,
             response_serializer=pb.CompletionChunk.SerializeToString,
         ),
+        "Embeddings": grpc.unary_unary_rpc_method_handler(
+            _unary(pb.EmbeddingsRequest, servicer.Embeddings),
+            request_deserializer=_raw,
+            response_serializer=pb.EmbeddingsResponse.SerializeToString,
+        ),
+        "Messages": grpc.unary_stream_rpc_method_handler(
+            _streaming(pb.MessagesRequest, servicer.Messages),
+            request_deserializer=_raw,
+            response_serializer=pb.MessagesEvent.SerializeToString,
+        ),
         "ListModels": grpc.unary_unary_rpc_method_handler(
             _unary(pb.ListModelsRequest, servicer.ListModels),
             request_deserializer=_raw,

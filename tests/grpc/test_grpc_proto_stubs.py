@@ -38,5 +38,11 @@ def test_stubs_import_as_repository_package() -> None:
 
     assert inference_pb2.DESCRIPTOR.name == "meridian/v1/inference.proto"
     service = inference_pb2.DESCRIPTOR.services_by_name["Inference"]
-    assert [m.name for m in service.methods] == ["ChatCompletion", "Completion", "ListModels"]
+    assert [m.name for m in service.methods] == [
+        "ChatCompletion",
+        "Completion",
+        "ListModels",
+        "Embeddings",
+        "Messages",
+    ]
     assert hasattr(inference_pb2_grpc, "InferenceStub")

@@ -207,6 +207,74 @@ class ListModelsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class EmbeddingsRequest(_message.Message):
+    __slots__ = ("model", "text", "texts", "token_ids", "dimensions", "user", "tenant", "extra_json")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_JSON_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    text: str
+    texts: Texts
+    token_ids: TokenIds
+    dimensions: int
+    user: str
+    tenant: str
+    extra_json: str
+    def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., texts: _Optional[_Union[Texts, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., dimensions: _Optional[int] = ..., user: _Optional[str] = ..., tenant: _Optional[str] = ..., extra_json: _Optional[str] = ...) -> None: ...
+
+class Texts(_message.Message):
+    __slots__ = ("texts",)
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, texts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MessagesRequest(_message.Message):
+    __slots__ = ("model", "max_tokens", "messages", "system_text", "system_json", "temperature", "top_p", "top_k", "stop_sequences", "tools_json", "tool_choice_json", "metadata_json", "tenant", "extra_json")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_TEXT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_JSON_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_JSON_FIELD_NUMBER: _ClassVar[int]
+    METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_JSON_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    max_tokens: int
+    messages: _containers.RepeatedCompositeFieldContainer[AnthropicMessage]
+    system_text: str
+    system_json: str
+    temperature: float
+    top_p: float
+    top_k: int
+    stop_sequences: _containers.RepeatedScalarFieldContainer[str]
+    tools_json: str
+    tool_choice_json: str
+    metadata_json: str
+    tenant: str
+    extra_json: str
+    def __init__(self, model: _Optional[str] = ..., max_tokens: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[AnthropicMessage, _Mapping]]] = ..., system_text: _Optional[str] = ..., system_json: _Optional[str] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., stop_sequences: _Optional[_Iterable[str]] = ..., tools_json: _Optional[str] = ..., tool_choice_json: _Optional[str] = ..., metadata_json: _Optional[str] = ..., tenant: _Optional[str] = ..., extra_json: _Optional[str] = ...) -> None: ...
+
+class AnthropicMessage(_message.Message):
+    __slots__ = ("role", "text", "blocks_json")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_JSON_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    text: str
+    blocks_json: str
+    def __init__(self, role: _Optional[str] = ..., text: _Optional[str] = ..., blocks_json: _Optional[str] = ...) -> None: ...
+
 class ChatCompletionChunk(_message.Message):
     __slots__ = ("id", "created", "model", "choices", "usage", "system_fingerprint")
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -363,6 +431,34 @@ class Usage(_message.Message):
     total_tokens: int
     cached_tokens: int
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
+
+class EmbeddingsResponse(_message.Message):
+    __slots__ = ("model", "data", "usage")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    data: _containers.RepeatedCompositeFieldContainer[Embedding]
+    usage: Usage
+    def __init__(self, model: _Optional[str] = ..., data: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class Embedding(_message.Message):
+    __slots__ = ("index", "embedding")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    embedding: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, index: _Optional[int] = ..., embedding: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class MessagesEvent(_message.Message):
+    __slots__ = ("type", "json", "text")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    json: str
+    text: str
+    def __init__(self, type: _Optional[str] = ..., json: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)

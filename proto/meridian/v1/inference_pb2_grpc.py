@@ -51,6 +51,16 @@ class InferenceStub:
                 request_serializer=meridian_dot_v1_dot_inference__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=meridian_dot_v1_dot_inference__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.Embeddings = channel.unary_unary(
+                '/meridian.v1.Inference/Embeddings',
+                request_serializer=meridian_dot_v1_dot_inference__pb2.EmbeddingsRequest.SerializeToString,
+                response_deserializer=meridian_dot_v1_dot_inference__pb2.EmbeddingsResponse.FromString,
+                _registered_method=True)
+        self.Messages = channel.unary_stream(
+                '/meridian.v1.Inference/Messages',
+                request_serializer=meridian_dot_v1_dot_inference__pb2.MessagesRequest.SerializeToString,
+                response_deserializer=meridian_dot_v1_dot_inference__pb2.MessagesEvent.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -80,6 +90,24 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embeddings(self, request, context):
+        """Embeds one input or a batch (`POST /v1/embeddings`). Routed on the predicted queue and
+        prefill (there is no first token); the route and server-timing come as initial metadata,
+        the timing summary as trailing metadata.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Messages(self, request, context):
+        """Streams an Anthropic Messages answer, one MessagesEvent per Messages SSE event
+        (`POST /v1/messages` with `"stream": true`): passed through to backends that speak
+        Messages, translated to and from chat completions for those that do not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +125,16 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=meridian_dot_v1_dot_inference__pb2.ListModelsRequest.FromString,
                     response_serializer=meridian_dot_v1_dot_inference__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'Embeddings': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embeddings,
+                    request_deserializer=meridian_dot_v1_dot_inference__pb2.EmbeddingsRequest.FromString,
+                    response_serializer=meridian_dot_v1_dot_inference__pb2.EmbeddingsResponse.SerializeToString,
+            ),
+            'Messages': grpc.unary_stream_rpc_method_handler(
+                    servicer.Messages,
+                    request_deserializer=meridian_dot_v1_dot_inference__pb2.MessagesRequest.FromString,
+                    response_serializer=meridian_dot_v1_dot_inference__pb2.MessagesEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,6 +219,60 @@ class Inference:
             '/meridian.v1.Inference/ListModels',
             meridian_dot_v1_dot_inference__pb2.ListModelsRequest.SerializeToString,
             meridian_dot_v1_dot_inference__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embeddings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meridian.v1.Inference/Embeddings',
+            meridian_dot_v1_dot_inference__pb2.EmbeddingsRequest.SerializeToString,
+            meridian_dot_v1_dot_inference__pb2.EmbeddingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Messages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/meridian.v1.Inference/Messages',
+            meridian_dot_v1_dot_inference__pb2.MessagesRequest.SerializeToString,
+            meridian_dot_v1_dot_inference__pb2.MessagesEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,83 @@
+"""What the gRPC door sends for one opened exchange, per API, as JSON objects.
+
+The relay core hands every door the same :class:`~gateway.stream.OpenedStream`; over HTTP the
+door's wire (``gateway/doors/wire.py``) writes it, over gRPC these objects become messages:
+
+- chat / completions: each upstream chunk, the model named as the client named it;
+- embeddings: the whole answer body, once (no stream);
+- Messages: each Anthropic event's data object, from the HTTP door's own codec (so a chat-only
+  backend's answer is translated exactly as over HTTP, a native one passed through).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from gateway.doors.messages.door import MessagesWire
+from gateway.doors.wire import public_model_renamer
+from gateway.inbound import Endpoint, InboundRequest
+from gateway.sse import SseSplitter
+from gateway.stream import OpenedStream, StreamBroken
+
+
+class UpstreamErrorEvent(Exception):
+    """The backend sent an error object where a chunk should be (``data`` is it)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__("upstream error event")
+        self.data = data
+
+
+def _object(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise StreamBroken("upstream_malformed", f"upstream sent a non-JSON {what}") from None
+    if not isinstance(value, dict):
+        raise StreamBroken("upstream_malformed", f"upstream sent a {what} that is not an object")
+    return value
+
+
+async def door_chunks(
+    inbound: InboundRequest, opened: OpenedStream
+) -> AsyncIterator[dict[str, Any]]:
+    """The objects to send, in order; raises :class:`StreamBroken` or
+    :class:`UpstreamErrorEvent` when the exchange fails."""
+    rename = public_model_renamer(inbound, opened)
+    if opened.body is not None:  # a non-streaming exchange: its whole answer
+        answer = _object(rename(opened.body), "answer")
+        if isinstance(answer.get("usage"), dict):
+            opened.usage = answer["usage"]
+        yield answer
+        return
+    if inbound.endpoint is Endpoint.MESSAGES:
+        async for event in _messages_events(inbound, opened):
+            yield event
+        return
+    async for sse in opened.all_events():
+        if sse.is_done:
+            return
+        if sse.data is None:
+            continue
+        data = _object(rename(sse.data), "event")
+        if "error" in data:
+            raise UpstreamErrorEvent(data)
+        yield data
+
+
+async def _messages_events(
+    inbound: InboundRequest, opened: OpenedStream
+) -> AsyncIterator[dict[str, Any]]:
+    codec = MessagesWire().codec(inbound, opened)
+    splitter = SseSplitter()
+    async for sse in opened.all_events():
+        for event in splitter.feed(codec.encode(sse)):
+            if event.data is None:
+                continue  # keepalive comments
+            data = _object(event.data, "Messages event")
+            yield data
+            if data.get("type") == "message_stop":
+                return
