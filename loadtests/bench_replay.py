@@ -28,12 +28,14 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 import yaml
+from aiohttp import ClientSession
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.bench.output import write_requests_csv
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import load_workload, with_overrides
 from loadtests.bench_fleet import FLEET, WORKLOAD, emulated_fleet, gateway_config
-from loadtests.processes import gateway
+from loadtests.processes import ADMIN_URLS, gateway
 from loadtests.results_file import write_results
 from loadtests.sim.loop import simulate
 from loadtests.sim.replay_cli import recorded_spend
@@ -68,6 +70,7 @@ async def record(policy: str, rate: float, duration_s: float, csv_path: Path) ->
     async with emulated_fleet() as backends:
         config = operator_config(backends, policy)
         async with gateway(config) as (url, _):
+            await signals_warm(ADMIN_URLS[url], [b["name"] for b in config["backends"]])
             workload = with_overrides(
                 load_workload(WORKLOAD), mode="open", rate=rate, duration_s=duration_s,
                 requests=None, model=backends[0]["models"][0],
@@ -75,6 +78,30 @@ async def record(policy: str, rate: float, duration_s: float, csv_path: Path) ->
             result = await run_bench(url, workload, BenchOptions())
     write_requests_csv(result.records, csv_path)
     return config
+
+
+async def signals_warm(admin_url: str, names: list[str], scrapes: int = 2) -> None:
+    """Until the gateway has probed every backend and scraped each one ``scrapes`` times (its
+    fleet snapshot then holds engine metrics): a gateway whose "last hour" is replayed has been
+    running, and the simulator's gateway starts with its signals. A load that starts at the
+    gateway's first second is routed on configuration alone (no queue term: nothing scraped),
+    which the replay reproduces only with ``--signals-after`` (docs/replay.md)."""
+    async with ClientSession() as session:
+        while True:
+            async with session.get(f"{admin_url}/metrics") as response:
+                page = await response.text()
+            probed: set[str] = set()
+            scraped: dict[str, float] = {}
+            for family in text_string_to_metric_families(page):
+                for sample in family.samples:
+                    backend = sample.labels.get("backend", "")
+                    if sample.name == "meridian_probe_rtt_ewma_seconds":
+                        probed.add(backend)
+                    elif sample.name == "meridian_scrape_duration_seconds_count":
+                        scraped[backend] = scraped.get(backend, 0.0) + sample.value
+            if all(n in probed and scraped.get(n, 0.0) >= scrapes for n in names):
+                return
+            await asyncio.sleep(0.1)  # a benchmark's start-up, never a test
 
 
 def replay(
