@@ -10,8 +10,10 @@ with ``routing.policy = --policy`` and the prices below, the load generator driv
 ``loadtests/workloads/chat-shared-prefix.yaml`` open-loop). Its ``requests.csv`` becomes a
 ``meridian-trace`` (prefix hashes regenerated from the workload's seed), which is replayed on
 the same fleet file under the recorded policy and, for the operator question of docs/slo.md,
-under round_robin, predicted_ttft and slo_cost (``--objective-ms``). Reported: the recorded
-and replayed per-backend split (the goal: within 5 percentage points), TTFT p50 (within 15%)
+under round_robin, predicted_ttft and slo_cost (``--objective-ms``). Each policy is replayed cold
+(from the configuration) and followed (the recorded routes for the first ``--warmup`` seconds,
+``loadtests/sim/replay_follow.py``, compared after them). Reported: the recorded and replayed
+per-backend split (the goal: within 5 percentage points), TTFT p50 (within 15%)
 and p99, and spend at the prices below. JSON in ``loadtests/results/bench_replay.json``.
 """
 
@@ -35,13 +37,16 @@ from loadtests.bench.output import write_requests_csv
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import load_workload, with_overrides
 from loadtests.bench_fleet import FLEET, WORKLOAD, emulated_fleet, gateway_config
+from loadtests.emulator.fleet import FleetError, load_fleet
 from loadtests.processes import ADMIN_URLS, gateway
 from loadtests.results_file import write_results
 from loadtests.sim.loop import simulate
 from loadtests.sim.replay_cli import recorded_spend
 from loadtests.sim.replay_fleet import replay_fleet
+from loadtests.sim.replay_follow import replay_following
 from loadtests.sim.replay_import import from_bench_csv
 from loadtests.sim.replay_trace import ReplayTrace, write_trace
+from loadtests.sim.results import PolicyRun
 
 # Per million tokens: premium GPUs next to the gateway, cheaper ones further away, serverless
 # at a per-token premium in each region.
@@ -56,6 +61,13 @@ PRICES: dict[str, dict[str, float]] = {
                                "completion_per_mtok": 3.0},
     "ap-southeast-serverless": {"prompt_per_mtok": 1.0, "completion_per_mtok": 4.0},
 }  # fmt: skip
+
+
+def _placeholder_backends() -> list[dict[str, Any]]:
+    """The fleet's backends without a running fleet (a replay reads no URL)."""
+    fleet = load_fleet(FLEET)
+    assert not isinstance(fleet, FleetError), fleet
+    return [{"name": b.name, "url": "http://127.0.0.1:1/v1"} for b in fleet.backend_configs()]
 
 
 def operator_config(backends: list[dict[str, Any]], policy: str) -> dict[str, Any]:
@@ -150,20 +162,29 @@ def replay(
     out["recorded"]["spend"] = recorded_spend(recorded, fleet.scenario)
     out["replays"] = {}
     for policy in policies:
-        run = simulate(fleet.scenario, trace, policy)
-        res = run.results
-        backend = [run.backends[b].name if b >= 0 else None for b in res.backend.tolist()]
-        entry: dict[str, Any] = {"spend": float(res.cost.sum())}
+        # Cold: the replay's router starts from the configuration, compared over every window.
+        # Followed: it follows the recorded routes for the first ``warmup_s`` (so it starts from
+        # the recording's learned state) and is compared after them (replay_follow.py).
+        cold = simulate(fleet.scenario, trace, policy)
+        followed = replay_following(fleet.scenario, trace, policy, warmup_s)
+        entry: dict[str, Any] = {"spend": float(cold.results.cost.sum())}
         for label, mask in windows.items():
-            mine = _window(names, backend, res.ttft_ms, mask)
-            theirs = out["recorded"][label]
-            mine["split_max_diff_pp"] = 100 * max(
-                abs(mine["split"][n] - theirs["split"][n]) for n in names
-            )
-            mine["ttft_p50_ratio"] = mine["ttft_p50_ms"] / theirs["ttft_p50_ms"]
-            entry[label] = mine
+            entry[label] = _versus(names, cold, mask, out["recorded"][label])
+        after = f"after {warmup_s:g} s"
+        entry[f"followed, {after}"] = _versus(
+            names, followed, windows[after], out["recorded"][after]
+        )
         out["replays"][policy] = entry
     return out
+
+
+def _versus(names: list[str], run: PolicyRun, mask: Any, theirs: dict[str, Any]) -> dict[str, Any]:
+    res = run.results
+    backend = [run.backends[b].name if b >= 0 else None for b in res.backend.tolist()]
+    mine = _window(names, backend, res.ttft_ms, mask)
+    mine["split_max_diff_pp"] = 100 * max(abs(mine["split"][n] - theirs["split"][n]) for n in names)
+    mine["ttft_p50_ratio"] = mine["ttft_p50_ms"] / theirs["ttft_p50_ms"]
+    return mine
 
 
 def _window(
@@ -191,12 +212,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-out", type=Path, default=None, help="keep the trace here")
     parser.add_argument(
         "--warmup", type=float, default=10.0,
-        help="also compare only requests after this many seconds (the fresh gateway's start-up)",
+        help="also compare only requests after this many seconds, cold and after following "
+        "the recorded routes for them (the replay's router then starts from the recording's state)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--from-csv", type=Path, default=None,
+        help="replay this earlier run's requests.csv (recorded under --policy) instead of recording",
     )  # fmt: skip
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    csv_path = args.out / f"bench_replay-{args.policy}-requests.csv"
-    config = asyncio.run(record(args.policy, args.rate, args.duration, csv_path))
+    if args.from_csv is not None:
+        csv_path = args.from_csv
+        config = operator_config(_placeholder_backends(), args.policy)
+    else:
+        csv_path = args.out / f"bench_replay-{args.policy}-requests.csv"
+        config = asyncio.run(record(args.policy, args.rate, args.duration, csv_path))
     trace_out = args.trace_out or args.out / f"bench_replay-{args.policy}.trace.jsonl"
     policies = list(dict.fromkeys([args.policy, "round_robin", "predicted_ttft", "slo_cost"]))
     doc = replay(csv_path, config, policies, args.objective_ms, trace_out, args.warmup)

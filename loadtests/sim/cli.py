@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loadtests.sim import replay_cli
-from loadtests.sim.loop import REJECT_SUFFIX, simulate
+from loadtests.sim.loop import REJECT_SUFFIX
 from loadtests.sim.markdown import results_page, source_revision
 from loadtests.sim.path_events import reactions
 from loadtests.sim.plots import load_bars, ttft_cdf
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summaries: list[Summary] = []
     for policy in policies:
         started = time.perf_counter()
-        run = simulate(scenario, trace, policy)
+        run = replay_cli.run(scenario, trace, policy, args)
         run = dataclasses.replace(run, wall_s=time.perf_counter() - started)
         runs.append(run)
         goal = scenario.objective
@@ -150,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         text for text in (path_text, serverless, "" if slo is None else slo[0]) if text
     )
     if isinstance(trace, ReplayTrace):
-        versus = replay_cli.recorded_versus(trace.file, scenario, summaries, recorded_policy)
+        versus = replay_cli.recorded_versus(
+            trace.file, scenario, summaries, recorded_policy, runs, args.follow_recorded
+        )
         print("\n" + versus)
         extra = versus + ("\n\n" + extra if extra else "")
     out = args.out or Path("loadtests/results") / f"sim-{scenario.name}"

@@ -16,11 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
+from loadtests.sim.loop import simulate
 from loadtests.sim.replay_fleet import replay_fleet
+from loadtests.sim.replay_follow import replay_following
 from loadtests.sim.replay_import import load_any
 from loadtests.sim.replay_trace import ReplayTrace, TraceFile, TraceFormatError, write_trace
+from loadtests.sim.results import PolicyRun
 from loadtests.sim.scenario import Scenario
 from loadtests.sim.summary import Summary
+from loadtests.sim.trace import Trace
 from routing.price import Price
 
 
@@ -35,6 +39,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--objective-ms", type=float, help="p90 TTFT objective of requests that carry none"
     )
+    replay.add_argument(
+        "--follow-recorded", type=float, default=0.0, metavar="S",
+        help="follow the recorded routes for the first S seconds (the replay's router starts "
+        "where the recording's was: loadtests/sim/replay_follow.py); compared after them",
+    )  # fmt: skip
+
+
+def run(scenario: Scenario, trace: Trace, policy: str, args: argparse.Namespace) -> PolicyRun:
+    """One policy's pass: a replay follows the recording first when ``--follow-recorded``."""
+    if isinstance(trace, ReplayTrace) and args.follow_recorded > 0:
+        return replay_following(scenario, trace, policy, args.follow_recorded)
+    return simulate(scenario, trace, policy)
 
 
 def load(args: argparse.Namespace) -> tuple[Scenario, ReplayTrace, str | None] | str:
@@ -83,9 +99,15 @@ def recorded_spend(trace: TraceFile, scenario: Scenario) -> float:
 
 
 def recorded_versus(
-    trace: TraceFile, scenario: Scenario, summaries: Sequence[Summary], policy: str | None
+    trace: TraceFile,
+    scenario: Scenario,
+    summaries: Sequence[Summary],
+    policy: str | None,
+    runs: Sequence[PolicyRun] = (),
+    after_s: float = 0.0,
 ) -> str:
-    """The recording's own split, TTFT and spend beside each replay's, with the differences."""
+    """The recording's own split, TTFT and spend beside each replay's, with the differences;
+    with ``after_s`` (``--follow-recorded``) also over the requests after it, per run."""
     recorded = [line.recorded for line in trace.lines if line.recorded is not None]
     ttfts = [r.ttft_ms for r in recorded if r.ttft_ms is not None]
     if not recorded or not ttfts:
@@ -110,4 +132,27 @@ def recorded_versus(
             f"  replay {s.policy:<22} split off by at most {100 * worst:.1f} pp, "
             f"TTFT p50 {s.ttft_p50_ms:.0f} ms ({ratio:.2f}x recorded), p99 {s.ttft_p99_ms:.0f} ms"
         )
+    if after_s > 0:
+        lines += [f"after the first {after_s:g} s (followed as recorded):"]
+        lines += [_after(trace, run, names, after_s) for run in runs]
     return "\n".join(lines)
+
+
+def _after(trace: TraceFile, run: PolicyRun, names: Sequence[str], after_s: float) -> str:
+    first = trace.lines[0].t_s
+    keep = [i for i, line in enumerate(trace.lines) if line.t_s - first >= after_s]
+    recorded = [trace.lines[i].recorded for i in keep]
+    theirs = [r.backend for r in recorded if r is not None and r.backend]
+    mine = [run.backends[b].name for b in run.results.backend[keep].tolist() if b >= 0]
+    worst = max(
+        abs(mine.count(n) / max(len(mine), 1) - theirs.count(n) / max(len(theirs), 1))
+        for n in names
+    )
+    ttfts = [r.ttft_ms for r in recorded if r is not None and r.ttft_ms is not None]
+    ours = run.results.ttft_ms[keep]
+    p50, recorded_p50 = _percentile(ours[~np.isnan(ours)].tolist(), 50), _percentile(ttfts, 50)
+    ratio = p50 / recorded_p50 if p50 is not None and recorded_p50 else float("nan")
+    return (
+        f"  replay {run.policy:<22} {len(keep)} requests: split off by at most "
+        f"{100 * worst:.1f} pp, TTFT p50 {ratio:.2f}x recorded"
+    )

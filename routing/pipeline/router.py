@@ -9,7 +9,9 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from routing.fleet_view import ViewCache
+import numpy as np
+
+from routing.fleet_view import Rows, ViewCache
 from routing.inflight import InFlightLedger
 from routing.load import LoadColumns
 from routing.pipeline.candidates import build_candidates, no_backend, rank
@@ -56,6 +58,14 @@ class PipelineRouter:
 
     def explain(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         return self._decide(profile, fleet, now, commit=False)
+
+    def follow(
+        self, profile: RequestProfile, fleet: FleetSnapshot, now: float, backend: str
+    ) -> Decision:
+        """As ``decide``, but commit to ``backend`` when it is eligible (else the policy's own
+        choice): a replay that follows a recorded route learns from it exactly as the
+        recording's router did (in flight, prefix index, prefill ahead, exploration credit)."""
+        return self._decide(profile, fleet, now, commit=True, follow=backend)
 
     def observe(self, observation: Observation) -> None:
         if observation.at > self._latest:
@@ -135,7 +145,12 @@ class PipelineRouter:
         self.load.release(backend, self._latest)
 
     def _decide(
-        self, profile: RequestProfile, fleet: FleetSnapshot, now: float, commit: bool
+        self,
+        profile: RequestProfile,
+        fleet: FleetSnapshot,
+        now: float,
+        commit: bool,
+        follow: str | None = None,
     ) -> Decision:
         if now > self._latest:
             self._latest = now
@@ -151,6 +166,8 @@ class PipelineRouter:
         ctx = ScoreContext(view, rows, profile, now, self.load, rng)
         scores = self.scorer.score(ctx)
         chosen, among = self.picker.pick(scores.values, rng)
+        if follow is not None:
+            chosen = _position(view.index.get(follow), rows, chosen)
         order = rank(scores.values, chosen, self.max_ranked if commit else None)
         ranked = build_candidates(view, rows, order, scores, among)
         if commit:
@@ -160,3 +177,11 @@ class PipelineRouter:
         return Decision(
             self.name, ranked, rejected, omitted=len(rows) - len(ranked), explored=scores.explored
         )
+
+
+def _position(row: int | None, rows: Rows, otherwise: int) -> int:
+    """Where ``row`` is among the eligible ``rows``, or ``otherwise`` when it is not there."""
+    if row is None:
+        return otherwise
+    found = np.flatnonzero(rows == row)
+    return int(found[0]) if len(found) else otherwise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from loadtests.bench.workload import load_workload
 from loadtests.sim.cli import main
 from loadtests.sim.loop import simulate
 from loadtests.sim.replay_fleet import replay_fleet
+from loadtests.sim.replay_follow import replay_following
 from loadtests.sim.replay_import import from_bench_csv, from_request_log, load_any
 from loadtests.sim.replay_trace import (
     FIRST_ARRIVAL_S,
@@ -197,3 +199,50 @@ def test_a_round_robin_recording_replays_to_its_own_split_and_ttft() -> None:
     ttfts = [line.recorded.ttft_ms for line in recorded.lines if line.recorded]
     recorded_p50 = float(np.percentile([t for t in ttfts if t is not None], 50))
     assert abs(summary.ttft_p50_ms / recorded_p50 - 1.0) <= 0.15
+
+
+def _split(backends: list[str | None]) -> dict[str, float]:
+    named = [b for b in backends if b]
+    return {b: named.count(b) / len(named) for b in set(named)}
+
+
+def test_an_adaptive_recording_replays_to_its_split_once_the_router_starts_where_it_was() -> None:
+    """The shipped predicted_ttft recording (a warm gateway): a replay that follows the recorded
+    routes for its first 10 s (``replay_following``: the replay's router then holds what the
+    recording's had learned) reproduces the split of the requests after them within 5 pp and
+    their TTFT p50 within 15% (docs/replay.md); deterministic, as the simulator is."""
+    recorded = read_trace(
+        Path("loadtests/traces/bench-three-region-predicted_ttft-warm.trace.jsonl")
+    )
+    config = Path("loadtests/traces/three-region-priced.yaml")
+    fleet = replay_fleet(FLEET, config, None, recorded.lines[-1].t_s)
+    assert not isinstance(fleet, str)
+    trace = ReplayTrace(recorded, fleet.scenario.regions, fleet.gateway_region)
+    run = replay_following(fleet.scenario, trace, "predicted_ttft", 10.0)
+    after = [i for i, line in enumerate(recorded.lines) if line.t_s - recorded.lines[0].t_s >= 10]
+    assert len(after) == 164
+    outcomes = [recorded.lines[i].recorded for i in after]
+    assert all(r is not None and r.ttft_ms is not None for r in outcomes)
+    theirs = _split([r.backend for r in outcomes if r is not None])
+    mine = _split([run.backends[run.results.backend[i]].name for i in after])
+    assert max(abs(mine.get(b, 0.0) - theirs.get(b, 0.0)) for b in {*mine, *theirs}) <= 0.05
+    ttft = [r.ttft_ms for r in outcomes if r is not None and r.ttft_ms is not None]
+    ratio = np.percentile(run.results.ttft_ms[after], 50) / np.percentile(ttft, 50)
+    assert abs(ratio - 1.0) <= 0.15
+
+
+def test_meridian_sim_follows_the_recording_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main([
+        "--replay", "loadtests/traces/bench-three-region-predicted_ttft-warm.trace.jsonl",
+        "--fleet", str(FLEET), "--policies", "predicted_ttft", "--no-plots",
+        "--out", str(tmp_path), "--follow-recorded", "10",
+    ])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "after the first 10 s (followed as recorded):" in out
+    found = re.search(
+        r"replay predicted_ttft +164 requests: split off by at most ([0-9.]+) pp", out
+    )
+    assert found is not None and float(found.group(1)) <= 5.0
