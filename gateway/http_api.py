@@ -113,7 +113,9 @@ async def _completion(
         )
         authorize(principal, inbound.model)  # 403: scope or model not allowed for this key
         quotas.admit(principal.key_id, principal.tenant, inbound.profile.prompt_tokens)  # 429
-        inbound = apply_objective(inbound, relay.config.objectives, request.headers)
+        inbound = apply_objective(
+            inbound, relay.config.objectives, request.headers, key_id=principal.key_id
+        )
         model_label = inbound.model
         streams = relay.config.streams
         forward = _forward_headers(request, request_id)

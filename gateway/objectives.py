@@ -2,11 +2,12 @@
 
 A request's objective (a p90 TTFT bound, used by the ``slo_cost`` policy) comes from, in
 order: the ``X-Meridian-TTFT-Objective-Ms`` header when the operator allows it (bounded; out of
-bounds is a 400), its tenant's class, the default class. Configuration::
+bounds is a 400), its API key's class, its tenant's class, the default class. Configuration::
 
     objectives:
       classes: {interactive: {ttft_ms: 500}, batch: {ttft_ms: 30000}}
       tenants: {acme: interactive, nightly: batch}
+      keys: {k3y1d000: batch}             # by key id (gateway/auth): before the tenant's
       default_class: interactive          # optional
       header: {allow: true, min_ms: 50, max_ms: 60000}
       early_rejection: {quantile: 0.9, grpc_deadline: true, header: {allow: true}}
@@ -65,6 +66,11 @@ class ObjectivesConfig(_Strict):
     tenants: dict[str, str] = Field(
         default_factory=dict, description="tenant (X-Meridian-Tenant) -> class name"
     )
+    keys: dict[str, str] = Field(
+        default_factory=dict,
+        description="API key id (auth.keys[].id) -> class name; a key's class is used before "
+        "its tenant's",
+    )
     default_class: str | None = Field(default=None, description="class of tenants not listed")
     header: HeaderBounds = Field(
         default=HeaderBounds(), description=f"the {OBJECTIVE_HEADER} request header"
@@ -78,6 +84,7 @@ class ObjectivesConfig(_Strict):
     def _known_classes(self) -> ObjectivesConfig:
         known = set(self.classes)
         named = {f"tenants.{t}": c for t, c in sorted(self.tenants.items())}
+        named.update({f"keys.{k}": c for k, c in sorted(self.keys.items())})
         if self.default_class is not None:
             named["default_class"] = self.default_class
         for key, name in named.items():
@@ -92,13 +99,17 @@ class ObjectivesConfig(_Strict):
         """The same, honouring the header (``meridian explain --objective-ms`` is the operator)."""
         return self.model_copy(update={"header": self.header.model_copy(update={"allow": True})})
 
-    def resolve(self, tenant: str, header: str | None) -> tuple[float | None, str | None]:
+    def resolve(
+        self, tenant: str, header: str | None, key_id: str | None = None
+    ) -> tuple[float | None, str | None]:
         """(objective ms, class) for a request; raises a 400 ``ApiError`` for a bad header."""
         if header is not None and self.header.allow:
             return self.header.milliseconds(
                 header, OBJECTIVE_HEADER, "invalid_objective"
             ), HEADER_CLASS
-        name = self.tenants.get(tenant, self.default_class)
+        name = self.keys.get(key_id) if key_id is not None else None
+        if name is None:
+            name = self.tenants.get(tenant, self.default_class)
         if name is None:
             return None, None
         return self.classes[name].ttft_ms, name
@@ -117,9 +128,10 @@ def with_objective(
     header: str | None,
     deadline_header: str | None = None,
     grpc_timeout_s: float | None = None,
+    key_id: str | None = None,
 ) -> RequestProfile:
     """``profile`` with its objective and first-token deadline (``deadline_s``)."""
-    objective, name = config.resolve(profile.tenant, header)
+    objective, name = config.resolve(profile.tenant, header, key_id)
     class_deadline = config.class_deadline_s(name)
     deadline = deadline_s(config.early_rejection, deadline_header, grpc_timeout_s, class_deadline)
     if objective is None and deadline is None:
@@ -132,8 +144,10 @@ def apply(
     config: ObjectivesConfig,
     headers: Mapping[str, str] | None,
     grpc_timeout_s: float | None = None,
+    key_id: str | None = None,
 ) -> InboundRequest:
-    """``inbound`` with its objective and deadline (the door's hook, after parsing)."""
+    """``inbound`` with its objective and deadline (the door's hook, after parsing);
+    ``key_id``: the API key the request came with (its class comes before its tenant's)."""
     headers = headers or {}
     profile = with_objective(
         inbound.profile,
@@ -141,6 +155,7 @@ def apply(
         headers.get(OBJECTIVE_HEADER),
         headers.get(DEADLINE_HEADER),
         grpc_timeout_s,
+        key_id,
     )
     return inbound if profile is inbound.profile else replace(inbound, profile=profile)
 

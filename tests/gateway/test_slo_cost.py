@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from gateway.app import RunningGateway
+from gateway.auth.keys import digest, new_key
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.objectives import OBJECTIVE_HEADER
 from gateway.state_keys import METRICS
@@ -30,6 +31,7 @@ REMOTE_RTT_MS = 120.0
 
 def _config(urls: dict[str, str], **extra: Any) -> GatewayConfig:
     prices = {"us-east": LOCAL_PRICE, "eu-west": REMOTE_PRICE}
+    objectives = extra.pop("objectives", None)
     return parse_config(
         {
             "region": "us-east",
@@ -48,7 +50,8 @@ def _config(urls: dict[str, str], **extra: Any) -> GatewayConfig:
                 for name, url in urls.items()
             ],
             "routing": {"policy": "slo_cost"},
-            "objectives": {
+            "objectives": objectives
+            or {
                 "classes": {"interactive": {"ttft_ms": 60}, "batch": {"ttft_ms": 5000}},
                 "tenants": {"nightly": "batch"},
                 "default_class": "interactive",
@@ -155,3 +158,40 @@ def test_objective_classes_must_exist() -> None:
         _config({"us-east": "http://h"}, objectives={"header": {"min_ms": 5, "max_ms": 1}})
     with pytest.raises(ConfigError, match="reserved"):
         _config({"us-east": "http://h"}, objectives={"classes": {"header": {"ttft_ms": 1}}})
+
+
+async def test_an_api_keys_class_sets_the_objective_before_its_tenants(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    """Two keys of one tenant: the one whose id the config gives the batch class goes to the
+    cheap region; the other gets the tenant's (default) tight class and stays local."""
+    batch_key, batch_id = new_key()
+    other_key, other_id = new_key()
+    local = await emulator("us-east")
+    remote = await emulator("eu-west", rtt_ms=REMOTE_RTT_MS)
+    objectives = {
+        "classes": {"interactive": {"ttft_ms": 60}, "batch": {"ttft_ms": 5000}},
+        "keys": {batch_id: "batch"},
+        "default_class": "interactive",
+    }
+    auth = {
+        "mode": "keys",
+        "keys": [
+            {"id": key_id, "sha256": digest(key), "tenant": "acme"}
+            for key, key_id in ((batch_key, batch_id), (other_key, other_id))
+        ],
+    }
+    running = await gateway(
+        _config({"us-east": local.url, "eu-west": remote.url}, objectives=objectives, auth=auth)
+    )
+    status, route, timing, _ = await _send(running.url, {"Authorization": f"Bearer {batch_key}"})
+    assert status == 200 and "backend=eu-west" in route
+    assert "class=batch" in (timing["objective"].desc or "")
+    status, route, timing, _ = await _send(running.url, {"Authorization": f"Bearer {other_key}"})
+    assert status == 200 and "backend=us-east" in route
+    assert "class=interactive" in (timing["objective"].desc or "")
+
+
+def test_a_keys_class_must_exist() -> None:
+    with pytest.raises(ConfigError, match=r"keys.abcd1234: class 'gold' is not in"):
+        _config({"us-east": "http://h"}, objectives={"keys": {"abcd1234": "gold"}})
