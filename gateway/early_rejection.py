@@ -7,12 +7,14 @@ smallest of those that apply):
 - the ``X-Meridian-Deadline-Ms`` header, when the operator allows it (bounded; else a 400);
 - its objective class's ``ttft_ms`` when that class says ``reject_if_unmeetable: true``.
 
-Right after routing decides (``Relay.open``; nothing has been sent upstream, no admission slot
-is held), if even the best ranked candidate's predicted TTFT at ``quantile`` exceeds the time
-left (``routing.deadline``), the request is refused: HTTP 503 with ``Retry-After`` (the
+Right after routing decides (``Relay.open``, once admitted; nothing has been sent upstream),
+if even the best ranked candidate's predicted TTFT at ``quantile`` exceeds the time left
+(``routing.deadline``, counted from arrival: the admission queue's wait included), the request
+is refused: HTTP 503 with ``Retry-After`` (the
 predicted queue drain) and an OpenAI-shaped error, code ``deadline_unmeetable``; on gRPC
 ``UNAVAILABLE`` (503's mapping: stock clients retry it, elsewhere or later) with the same
-``retry-after`` and code in the trailers. The relay releases the router's reservation.
+``retry-after`` and code in the trailers. The relay releases the router's reservation and the
+admission slots.
 Counted in ``meridian_early_rejections_total{class}``.
 """
 

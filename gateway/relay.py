@@ -8,7 +8,9 @@ the request's deadline, the attempt limit and the retry budget, skipping backend
 client's to fix and go back unchanged. If every attempt fails, the client gets one honest error
 status, never a 200 with an empty stream.
 
-The relay also admits (bounded queues per model and tenant), refuses while draining, and swaps
+The relay also admits (bounded queues per model and tenant) *before* routing — a request
+waiting in the queue holds no backend reservation and is routed on the snapshot of the moment
+it is admitted — refuses while draining, and swaps
 its whole configuration atomically on reload (:meth:`Relay.swap`); a request keeps the
 :class:`RelayState` it started on until :meth:`Relay.finish`.
 """
@@ -22,6 +24,7 @@ from dataclasses import replace
 
 from gateway.attempt import AttemptContext, AttemptFailure
 from gateway.chain import relay_hooks as chain
+from gateway.chain.hop import HopContext
 from gateway.config import GatewayConfig
 from gateway.drain import DrainState, draining_error
 from gateway.errors import ApiError, no_backend, upstream_failed
@@ -135,6 +138,59 @@ class Relay:
         )
         record.hop = hop = self.observer.enter(hop, forward_headers)
         policy = state.policy(inbound.profile.latency_class)
+        deadline = inbound.received_at + policy.total_s
+        timer = asyncio.timeout(deadline - time.perf_counter())
+        held = hold_request(state, self.drain, timer)
+        walk: CandidateWalk | None = None
+        try:
+            async with timer:
+                # Admission before routing: a request waiting in the queue holds no backend
+                # reservation, and is routed on the snapshot of the moment it is admitted.
+                queued_at = time.perf_counter()
+                await held.admit(state.admission, inbound.model, inbound.tenant)
+                record.queue_s = time.perf_counter() - queued_at
+                walk = record.walk = self._route(state, inbound, forward_headers, hop, record)
+                hedging = policy.hedging
+                won = await (
+                    walk_hedged(walk, hedging, self.observed_ttft)
+                    if hedging.enabled
+                    else walk_in_turn(walk)
+                )
+            if won is None:
+                raise self._final_error(walk, inbound)
+        except BaseException as exc:
+            if walk is not None:
+                walk.abandon()
+                self._count_extra(walk)
+            held.end()
+            if isinstance(exc, TimeoutError) and timer.expired():
+                error = draining_error() if self.drain.expired else self._final_error(walk, inbound)
+                raise error from None
+            if isinstance(exc, ApiError) and exc.code in ("tenant_over_limit", "model_overloaded"):
+                self.safety.admission_refused.labels(str(exc.status)).inc()
+            raise
+        opened, number = won
+        record.winner = number
+        opened.held, opened.deadline = held, deadline
+        held.streaming(opened)
+        self._count_extra(walk)
+        decision = walk.decision
+        self._stamp(opened, walk, number, record.route_ms or 0.0, decision.policy)
+        opened.entries.extend(objective_entries(decision, walk.profile))
+        opened.hop = hop
+        chain.stamp(opened.entries, hop, opened.route.backend)
+        return opened
+
+    def _route(
+        self,
+        state: RelayState,
+        inbound: InboundRequest,
+        forward_headers: dict[str, str],
+        hop: HopContext,
+        record: RequestRecord,
+    ) -> CandidateWalk:
+        """Decide on a fresh snapshot; the walk over the ranked candidates, holding the first
+        choice's reservation. Raises the refusal when there is no candidate, or none in time."""
         started = record.route_started = time.perf_counter()
         profile = self.place(inbound.profile)
         decision, first = decide(state.router, profile, state.fleet.snapshot(), time.monotonic())
@@ -156,46 +212,11 @@ class Relay:
                 first.release()
             raise refused
         state.budget.on_request()
+        policy = state.policy(inbound.profile.latency_class)
         ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy)
-        walk = record.walk = CandidateWalk(
-            ctx, decision, first, state.config.limits.max_attempts, self.retry_after
+        return CandidateWalk(
+            ctx, decision, profile, first, state.config.limits.max_attempts, self.retry_after
         )
-        deadline = inbound.received_at + policy.total_s
-        timer = asyncio.timeout(deadline - time.perf_counter())
-        held = hold_request(state, self.drain, timer)
-        try:
-            async with timer:
-                queued_at = time.perf_counter()
-                await held.admit(state.admission, inbound.model, inbound.tenant)
-                record.queue_s = time.perf_counter() - queued_at
-                hedging = policy.hedging
-                won = await (
-                    walk_hedged(walk, hedging, self.observed_ttft)
-                    if hedging.enabled
-                    else walk_in_turn(walk)
-                )
-            if won is None:
-                raise self._final_error(walk, inbound)
-        except BaseException as exc:
-            walk.abandon()
-            held.end()
-            self._count_extra(walk)
-            if isinstance(exc, TimeoutError) and timer.expired():
-                error = draining_error() if self.drain.expired else self._final_error(walk, inbound)
-                raise error from None
-            if isinstance(exc, ApiError) and exc.code in ("tenant_over_limit", "model_overloaded"):
-                self.safety.admission_refused.labels(str(exc.status)).inc()
-            raise
-        opened, number = won
-        record.winner = number
-        opened.held, opened.deadline = held, deadline
-        held.streaming(opened)
-        self._count_extra(walk)
-        self._stamp(opened, walk, number, route_ms, decision.policy)
-        opened.entries.extend(objective_entries(decision, profile))
-        opened.hop = hop
-        chain.stamp(opened.entries, hop, opened.route.backend)
-        return opened
 
     def _count_extra(self, walk: CandidateWalk) -> None:
         if walk.launched > 1:
@@ -242,10 +263,9 @@ class Relay:
         )
         opened.first_token_observed = True
 
-    def _final_error(self, walk: CandidateWalk, inbound: InboundRequest) -> ApiError:
-        failures = walk.failures
-        if not failures:
-            if walk.skipped_wait_s is not None:
+    def _final_error(self, walk: CandidateWalk | None, inbound: InboundRequest) -> ApiError:
+        if walk is None or not walk.failures:  # None: the deadline passed in the admission queue
+            if walk is not None and walk.skipped_wait_s is not None:
                 message = (
                     f"every backend for model '{inbound.model}' asked for a pause "
                     f"(Retry-After); the next may be tried in {walk.skipped_wait_s:.1f}s"
@@ -257,6 +277,7 @@ class Relay:
                 "server_error",
                 "deadline_exceeded",
             )
+        failures = walk.failures
         summary = "; ".join(f"{f.backend}: {f.kind} ({f.message})" for f in failures)
         budget = " (retry budget spent)" if walk.budget_denied else ""
         message = f"all {len(failures)} attempts for model '{inbound.model}' failed{budget}: "

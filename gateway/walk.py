@@ -28,7 +28,7 @@ from gateway.retry_budget import RetryAfterTable
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
 from routing.reservation import Reservation, reserve
-from routing.types import Candidate, Decision
+from routing.types import Candidate, Decision, RequestProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,7 @@ class AttemptRecord:
 class CandidateWalk:
     ctx: AttemptContext
     decision: Decision
+    profile: RequestProfile  # what was routed (the placement policy applied)
     first: Reservation | None  # decide()'s count on the first choice, until handed out
     max_attempts: int
     retry_after: RetryAfterTable
