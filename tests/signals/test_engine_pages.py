@@ -39,6 +39,9 @@ def parsed(name: str, engine: Engine) -> EngineSignals:
         ("llamacpp-b4000.prom", Engine.LLAMACPP, 2, 1, 0.63, None),
         # prompt_tokens_total excludes the cached tokens: 250 of 750 + 250
         ("llamacpp-b7000.prom", Engine.LLAMACPP, 2, 1, None, 250 / 1000),
+        # recorded from a running llama-server (scripts/capture_llamacpp_metrics.sh)
+        ("llamacpp-0c1e570-busy.prom", Engine.LLAMACPP, 1, 1, None, 134 / (134 + 86)),
+        ("llamacpp-0c1e570-idle.prom", Engine.LLAMACPP, 0, 0, None, 152 / (152 + 87)),
     ],
 )
 def test_every_recorded_page_yields_its_engines_signals(
@@ -57,6 +60,8 @@ def test_every_recorded_page_yields_its_engines_signals(
         ("sglang-0.5.prom", Engine.SGLANG),
         ("tgi-3.3.prom", Engine.TGI),
         ("llamacpp-b7000.prom", Engine.LLAMACPP),
+        ("llamacpp-0c1e570-busy.prom", Engine.LLAMACPP),
+        ("llamacpp-0c1e570-idle.prom", Engine.LLAMACPP),
     ],
 )
 def test_current_releases_carry_everything_expected(name: str, engine: Engine) -> None:
@@ -123,3 +128,13 @@ async def test_a_page_with_none_of_the_engines_names_is_one_warning_and_a_metric
     assert len(warnings) == 1 and "wrong engine?" in warnings[0], warnings
     labels = {"backend": "b", "kind": "missing_metrics"}
     assert registry.get_sample_value("meridian_scrape_errors_total", labels) == 4.0
+
+
+def test_recorded_llamacpp_pages_give_the_hit_rate_between_scrapes() -> None:
+    # busy -> idle on the running server: 18 more prompt tokens from the cache, 1 computed
+    busy = parsed("llamacpp-0c1e570-busy.prom", Engine.LLAMACPP)
+    idle = parse_engine_page(
+        page("llamacpp-0c1e570-idle.prom"), Engine.LLAMACPP, as_of=2.0, previous=busy
+    )
+    assert isinstance(idle, EngineSignals)
+    assert idle.prefix_cache_hit_rate == pytest.approx(18 / 19)
