@@ -19,12 +19,14 @@ from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
 from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
+from gateway.idle_sweep import idle_sweep_ctx
 from gateway.loop_health import loop_health_ctx
 from gateway.metrics import GatewayMetrics
 from gateway.observability.fleet_status import FleetStatusCollector
 from gateway.observability.status import add_status_routes
 from gateway.prefix_expiry import prefix_expiry_ctx
 from gateway.prewarm import prewarm_ctx
+from gateway.quota.limiter import QUOTAS
 from gateway.quota.wiring import install_quotas
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
@@ -127,6 +129,11 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
             lambda: relay.fleet,
             config.signals.tick_interval_s,
             metrics.registry,
+        )
+    )
+    app.cleanup_ctx.append(  # refilled quota buckets (gateway/idle_sweep.py)
+        idle_sweep_ctx(
+            lambda: app[QUOTAS], config.routing.prefix_sweep_interval_s, metrics.registry
         )
     )
     if config.listen.grpc_port is not None:

@@ -110,7 +110,8 @@ class RoutingConfig(_Strict):
         gt=0,
         description=(
             "How often the prefix index's expired entries are swept away in the background "
-            "(incrementally, never stalling requests). An entry outlives its TTL by at most this."
+            "(incrementally, never stalling requests). An entry outlives its TTL by at most this. "
+            "Refilled quota buckets are swept at the same interval."
         ),
     )
 

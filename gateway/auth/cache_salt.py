@@ -27,7 +27,6 @@ SALTED_ENGINES = frozenset({"vllm"})
 class CacheSalter:
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
-        self._salts: dict[str, str] = {}
 
     @classmethod
     def from_env(cls, name: str | None) -> CacheSalter | None:
@@ -41,12 +40,9 @@ class CacheSalter:
         return cls(value.strip().encode())
 
     def salt(self, tenant: str) -> str:
-        found = self._salts.get(tenant)
-        if found is None:
-            found = hmac.new(self._secret, tenant.encode(), hashlib.sha256).hexdigest()
-            if len(self._salts) < 65536:  # bounded: tenant names come from keys
-                self._salts[tenant] = found
-        return found
+        # Computed every time (~1 µs, next to parsing and re-encoding the body): a cache keyed
+        # by tenant would keep every tenant ever seen (issue 19: nothing per tenant for ever).
+        return hmac.new(self._secret, tenant.encode(), hashlib.sha256).hexdigest()
 
     def salted(self, body: bytes, tenant: str) -> bytes:
         """``body`` with its top-level ``cache_salt`` set to the tenant's."""

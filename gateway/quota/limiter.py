@@ -1,13 +1,14 @@
 """The buckets of every key and tenant: admit a request before any upstream work, charge its
 completion tokens once known. Never awaits; bounded (LRU over ``max_tracked`` buckets, and a
-bucket that has refilled is as good as a new one, so dropping it forgets nothing)."""
+bucket that has refilled is as good as a new one, so dropping it forgets nothing): the idle
+sweep (gateway/idle_sweep.py) drops refilled buckets, so idle keys and tenants cost nothing."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
@@ -41,6 +42,7 @@ class Quotas:
         self.enabled = bool(config.per_key or config.per_tenant or config.tenants)
         self._clock = clock
         self._buckets: OrderedDict[BucketKey, AnyBucket] = OrderedDict()
+        self._quiet: dict[BucketKey, tuple[Allowance, float]] = {}  # allowances at the last sweep
         self.refused = Counter(
             "meridian_quota_refused",
             "Requests refused with 429 by a key's or tenant's quota, before any upstream call",
@@ -56,6 +58,44 @@ class Quotas:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+    def forget_full(self, step: int = 5_000) -> Iterator[int]:
+        """Drop every bucket that has refilled (it is as good as a new one), ``step`` buckets
+        at a time: yields how many each step dropped, so a caller can let the event loop run
+        in between. Buckets used meanwhile are checked at their own time. A shared bucket's
+        allowance goes once unused for a whole sweep interval with no claim under way (its
+        unspent tokens go back to the store's bucket by refilling, as after an LRU eviction)."""
+        keys = list(self._buckets)
+        previous, self._quiet = self._quiet, {}
+        for start in range(0, len(keys), step):
+            now, dropped = self._clock(), 0
+            for key in keys[start : start + step]:
+                bucket = self._buckets.get(key)
+                if bucket is None:
+                    continue
+                if isinstance(bucket, Allowance):
+                    if not self._quiet_since(key, bucket, previous):
+                        continue
+                    bucket.dropped = True  # the refiller claims nothing more for it
+                elif not bucket.is_full(now):
+                    continue
+                del self._buckets[key]
+                dropped += 1
+            yield dropped
+
+    def _quiet_since(
+        self,
+        key: BucketKey,
+        allowance: Allowance,
+        previous: dict[BucketKey, tuple[Allowance, float]],
+    ) -> bool:
+        """Unused since the previous sweep: every use or claim moves ``level``."""
+        if allowance.queued or allowance.local is not None:
+            return False
+        if previous.get(key) == (allowance, allowance.level):
+            return True
+        self._quiet[key] = (allowance, allowance.level)
+        return False
 
     def _limits(self, scope: str, name: str) -> QuotaLimits | None:
         if scope == "key":

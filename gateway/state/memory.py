@@ -75,9 +75,41 @@ class MemoryStore:
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(batch)
 
+    def _expire(self, now: float) -> None:
+        """Free what has outlived its TTL (what Redis's key expiry and trims free there): a
+        backend no longer served, a lease not renewed, a bucket refilled, cost nothing here.
+        Runs on every pull: the readers' periodic refresh, never a request."""
+        keep = self._retention
+        for backend, blocks in list(self._prefix.items()):
+            trim(blocks, now - keep.prefix_ttl_s, keep.prefix_blocks_per_backend)
+            if not blocks:
+                del self._prefix[backend]
+        for records, ttl_s in ((self._signals, keep.signal_ttl_s),
+                               (self._ejections, keep.ejection_ttl_s)):  # fmt: skip
+            for backend in [b for b, r in records.items() if now - r.at > ttl_s]:
+                del records[backend]
+        wall = self._wall()  # leases and buckets are timed by this store's clock
+        for name in [n for n, lease in self._leases.items() if lease.expires_at <= wall]:
+            del self._leases[name]
+        for name in [n for n, bucket in self._buckets.items() if bucket.full_at <= wall]:
+            del self._buckets[name]
+
+    def held(self) -> dict[str, int]:
+        """Entries kept now, per structure (docs/memory.md; tests check they return to 0)."""
+        return {
+            "in_flight_replicas": len(self._in_flight),
+            "prefix_backends": len(self._prefix),
+            "prefix_blocks": sum(len(blocks) for blocks in self._prefix.values()),
+            "signals": len(self._signals),
+            "ejections": len(self._ejections),
+            "leases": len(self._leases),
+            "token_buckets": len(self._buckets),
+        }
+
     async def pull(self, since: float, now: float) -> SharedPull:
         keep = self._retention
         self._in_flight = {r: v for r, v in self._in_flight.items() if v[1] > now}
+        self._expire(now)
         oldest = max(since, now - keep.prefix_ttl_s)
         return SharedPull(
             in_flight={r: dict(counts) for r, (counts, _) in self._in_flight.items()},
@@ -122,6 +154,8 @@ class MemoryStore:
     async def take_tokens(
         self, bucket: str, rate_per_s: float, burst: float, cost: float = 1.0
     ) -> TokenResult:
+        if rate_per_s <= 0 or burst <= 0:
+            raise ValueError("take_tokens: rate_per_s and burst must be > 0")  # as Redis's
         now = self._wall()
         if len(self._buckets) >= self._sweep_buckets_at and bucket not in self._buckets:
             self._buckets = {k: b for k, b in self._buckets.items() if b.full_at > now}

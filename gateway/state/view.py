@@ -160,8 +160,10 @@ class SharedView:
             self._remote_in_flight.pop(replica, None)
             self.remote_version += 1
         self._prefix_cutoff = now - keep.prefix_ttl_s
-        for blocks in self._prefix.values():
+        for backend, blocks in list(self._prefix.items()):
             trim(blocks, self._prefix_cutoff, keep.prefix_blocks_per_backend)
+            if not blocks:  # a backend no longer served costs nothing
+                del self._prefix[backend]
         stale = [b for b, s in self._signals.items() if now - s.at > keep.signal_ttl_s]
         for backend in stale:
             del self._signals[backend]
