@@ -4,10 +4,15 @@ ranking is the one the relay walks."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
+import yaml
 
 from tests.gateway.doors.support import config_with_apis
 from tests.gateway.support import MODEL, EmulatorFactory, GatewayFactory
@@ -89,3 +94,30 @@ async def test_explain_of_a_posted_door_body(
     assert _ranked(report) == ["emb"] and _filtered(report) == {"chat": "serves_api"}
     assert report["profile"]["api"] == "embeddings" and report["profile"]["prompt_tokens"] > 0
     assert error["param"] == "api" and "embeddings" in error["message"]
+
+
+async def test_meridian_explain_command_takes_the_api(
+    emulator: EmulatorFactory, tmp_path: Path
+) -> None:
+    chat_only = await emulator("chat")
+    embedder = await emulator("emb")
+    config = tmp_path / "gw.yaml"
+    backends = [
+        {"name": "chat", "url": chat_only.url + "/v1", "apis": ["chat"]},
+        {"name": "emb", "url": embedder.url + "/v1", "apis": ["embeddings"]},
+    ]
+    data = {"backends": [{**b, "region": "local", "models": [MODEL]} for b in backends]}
+    config.write_text(yaml.safe_dump(data))
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("embed this sentence")
+    argv = ["explain", "--config", str(config), "--model", MODEL, "--prompt-file", str(prompt)]
+    for api, ranked in (("embeddings", ["emb"]), ("messages", ["chat"])):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.cli", *argv, "--api", api, "--json", "--settle-s", "1",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+        report = json.loads(out)
+        assert _ranked(report) == ranked and report["profile"]["api"] == api
+        assert [f["filter"] for f in report["filtered"]] == ["serves_api"]
