@@ -1,7 +1,8 @@
 """Soak: does the gateway's memory stay flat under hours of steady streaming load?
 
     python -m loadtests.bench_soak [--duration-s 1800] [--concurrency 500] [--warmup-s 300]
-                                   [--prefix-ttl-s 600] [--max-slope-mb-per-h 2] [--out DIR]
+                                   [--prefix-ttl-s 600] [--max-slope-mb-per-h 2] [--keys 0]
+                                   [--out DIR]
 
 Processes: two emulated engines (``meridian emulate``), the gateway (``meridian serve``) and
 this closed-loop client, each request a shared system part (one of eight) and a unique user
@@ -30,6 +31,7 @@ import aiohttp
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.auth.keys import digest, new_key
 from loadtests.bench.stats import percentile
 from loadtests.processes import ADMIN_URLS, emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
@@ -72,7 +74,13 @@ class Load:
 
 
 async def _user(
-    session: aiohttp.ClientSession, url: str, user: int, load: Load, start: float, until: float
+    session: aiohttp.ClientSession,
+    url: str,
+    user: int,
+    load: Load,
+    start: float,
+    until: float,
+    keys: Sequence[str] = (),
 ) -> None:
     turn = 0
     while time.monotonic() < until:
@@ -86,10 +94,13 @@ async def _user(
                 {"role": "user", "content": f"user {user} turn {turn}: what changed? " * 6},
             ],
         }
+        headers = {"Authorization": f"Bearer {keys[(user + turn) % len(keys)]}"} if keys else {}
         sent = time.monotonic()
         first: float | None = None
         try:
-            async with session.post(url + "/v1/chat/completions", json=body) as reply:
+            async with session.post(
+                url + "/v1/chat/completions", json=body, headers=headers
+            ) as reply:
                 if reply.status != 200:
                     load.fail(f"http_{reply.status}")
                     await reply.read()
@@ -150,6 +161,16 @@ async def _sampler(
                 )
             )
             await asyncio.sleep(every_s)
+
+
+def api_keys(count: int, tenants: int = 10) -> tuple[list[str], list[dict[str, str]]]:
+    """``count`` API keys (what clients send) and their config entries, over ``tenants``."""
+    keys, entries = [], []
+    for n in range(count):
+        key, key_id = new_key()
+        keys.append(key)
+        entries.append({"id": key_id, "sha256": digest(key), "tenant": f"tenant-{n % tenants}"})
+    return keys, entries
 
 
 def slope_per_s(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -287,10 +308,15 @@ async def soak(args: argparse.Namespace) -> tuple[SoakReport, list[Sample]]:
              "max_connections": 4096}
             for name, url in (("soak-a", url_a), ("soak-b", url_b))
         ]  # fmt: skip
-        config = {
+        config: dict[str, object] = {
             "backends": backends,
             "routing": {"policy": "predicted_ttft", "params": {"prefix_ttl_s": args.prefix_ttl_s}},
         }
+        keys, entries = api_keys(args.keys)
+        if keys:  # keys, tenants and their quotas on every request (generous: none refused)
+            generous = {"rps": 1e6, "tokens_per_minute": 10**12}
+            config["auth"] = {"mode": "keys", "keys": entries}
+            config["quotas"] = {"per_key": generous, "per_tenant": generous}
         async with gateway(config) as (url, pid):
             load, samples = Load(), list[Sample]()
             start = time.monotonic()
@@ -300,7 +326,10 @@ async def soak(args: argparse.Namespace) -> tuple[SoakReport, list[Sample]]:
             timeout = aiohttp.ClientTimeout(total=60)
             async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
                 await asyncio.gather(
-                    *(_user(session, url, u, load, start, until) for u in range(args.concurrency))
+                    *(
+                        _user(session, url, u, load, start, until, keys)
+                        for u in range(args.concurrency)
+                    )
                 )
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
@@ -316,6 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix-ttl-s", type=float, default=600.0)
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--max-slope-mb-per-h", type=float, default=2.0)
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=0,
+        help="API keys the clients rotate through (over 10 tenants, each key and tenant with a "
+        "generous quota); 0: auth off",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     if args.warmup_s is None:

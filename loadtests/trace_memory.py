@@ -27,6 +27,8 @@ from typing import Any
 
 import aiohttp
 
+from loadtests.bench_soak import api_keys
+
 MODEL = "trace-model"
 ENGINE = {"decode_base_ms": 2, "decode_per_seq_ms": 0, "first_token_overhead_ms": 1,
           "prefill_tokens_per_s": 1e9, "max_num_seqs": 1024}  # fmt: skip
@@ -74,18 +76,7 @@ async def _client(url: str, streams: int, concurrency: int, keys: list[str], add
     return errors
 
 
-def _keys(count: int) -> tuple[list[str], list[dict[str, Any]]]:
-    from gateway.auth.keys import digest, new_key
-
-    keys, entries = [], []
-    for n in range(count):
-        key, key_id = new_key()
-        keys.append(key)
-        entries.append({"id": key_id, "sha256": digest(key), "tenant": f"tenant-{n % 10}"})
-    return keys, entries
-
-
-def _config(urls: list[str], entries: list[dict[str, Any]], ttl_s: float) -> Any:
+def _config(urls: list[str], entries: list[dict[str, str]], ttl_s: float) -> Any:
     from gateway.config import parse_config
 
     limits = {"rps": 1e6, "tokens_per_minute": 10**12}
@@ -133,7 +124,7 @@ async def _run(args: argparse.Namespace) -> None:
     from gateway.app import start_gateway
     from loadtests.processes import emulated_backend
 
-    keys, entries = _keys(args.keys)
+    keys, entries = api_keys(args.keys)
     async with (
         emulated_backend("t-a", MODEL, ENGINE) as (url_a, _),
         emulated_backend("t-b", MODEL, ENGINE) as (url_b, _),
