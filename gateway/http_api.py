@@ -263,14 +263,17 @@ async def _relay_stream(
             await writer.write(comment("meridian-route " + opened.route.header()))
         else:
             await writer.start(_response_headers(request_id, opened))
-        async for event in opened.all_events():
-            if event is opened.ended_by:  # [DONE], response.completed, message_stop
-                await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
-                await writer.end(codec.encode(event))
-                return None
-            encoded = codec.encode(event)
-            if encoded:
-                await writer.write(encoded)
+        async for batch in opened.all_batches():  # one upstream read -> one write
+            parts: list[bytes] = []
+            for event in batch:
+                if event is opened.ended_by:  # [DONE], response.completed, message_stop
+                    parts.append(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+                    parts.append(codec.encode(event))
+                    await writer.end(b"".join(parts))
+                    return None
+                parts.append(codec.encode(event))
+            if out := b"".join(parts):
+                await writer.write(out)
         raise StreamBroken("upstream_truncated", "upstream stream ended without its last event")
     except StreamBroken as broken:
         ended.error = broken.kind

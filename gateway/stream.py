@@ -9,7 +9,6 @@ the gateway draining — into :class:`StreamBroken`: never a silent end, never a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -26,6 +25,7 @@ from gateway.chain.hop_timing import (
 )
 from gateway.doors.grammar import OPENAI, Grammar
 from gateway.errors import ApiError
+from gateway.read_watch import ReadWatch
 from gateway.scrub import scrub
 from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
@@ -127,6 +127,7 @@ class OpenedStream:
     grammar: Grammar = OPENAI  # the upstream's wire format (gateway/doors/grammar.py)
     ended_by: SseEvent | None = None  # the event that ended the stream ([DONE], message_stop)
     record: RequestRecord | None = None  # what the request log, metrics and span report
+    watch: ReadWatch | None = None  # the inter-token timer and deadline (gateway/read_watch.py)
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         ends = self.grammar.ends(event, obj)
@@ -142,19 +143,29 @@ class OpenedStream:
 
     async def all_events(self) -> AsyncIterator[SseEvent]:
         """Every event of the stream: those read with the first token, then the rest."""
-        for event in self.first_events:
-            if not self._took_timing(event):
+        async for batch in self.all_batches():
+            for event in batch:
                 yield event
+
+    async def all_batches(self) -> AsyncIterator[list[SseEvent]]:
+        """Every event of the stream, grouped by the upstream read that brought them, so a
+        door can hand one read's events to its transport in one write."""
+        first = [event for event in self.first_events if not self._took_timing(event)]
+        if first:
+            yield first
         if not self.saw_done:
-            async for event in self.events():
-                if not self._took_timing(event):
-                    yield event
+            async for batch in self.batches():
+                kept = [event for event in batch if not self._took_timing(event)]
+                if kept:
+                    yield kept
 
     def _took_timing(self, event: SseEvent) -> bool:
         """End-of-stream timing from upstream — a downstream gateway's summary, or a backend's
         trailing ``: server-timing`` comment (its queue, prefill, decode) — is merged by
         :meth:`summary`, not relayed."""
-        if event.data is None and event.raw.startswith(_BACKEND_TIMING_COMMENT):
+        if event.data is not None:
+            return False
+        if event.raw.startswith(_BACKEND_TIMING_COMMENT):
             text = event.raw[len(_BACKEND_TIMING_COMMENT) :].decode(errors="replace").strip()
             self.backend_timing = parse(text)
             return True
@@ -164,8 +175,9 @@ class OpenedStream:
         self.downstream_hops = hops
         return True
 
-    async def events(self) -> AsyncIterator[SseEvent]:
-        """The events after the first token, as they arrive."""
+    async def batches(self) -> AsyncIterator[list[SseEvent]]:
+        """The events after the first token, one list per upstream read, as they arrive; the
+        events before a broken one are yielded before the error is raised."""
         splitter = self.splitter
         if splitter is None:  # only a streaming attempt's first read leaves one
             raise StreamBroken("internal_error", "the stream has no SSE reader", 500)
@@ -175,41 +187,53 @@ class OpenedStream:
                 events = splitter.feed(chunk) if chunk else splitter.flush()
             except ValueError as exc:
                 raise StreamBroken("upstream_malformed", str(exc)) from None
-            for event in events:
-                carries, obj = self.grammar.parse(event)
-                if is_malformed(event, obj):
-                    if not chunk:  # an unterminated last event that does not parse: cut short
-                        raise StreamBroken("upstream_truncated", "upstream stream ended mid-event")
-                    raise StreamBroken("upstream_malformed", "upstream sent a non-JSON data event")
-                error = self.grammar.error(obj) if obj is not None else None
-                if error is not None:
-                    raise StreamBroken("upstream_error_event", upstream_error(error))
-                self.note(event, obj, carries)
-                yield event
+            batch: list[SseEvent] = []
+            try:
+                for event in events:
+                    self._check(event, ended=not chunk)
+                    batch.append(event)
+            except StreamBroken:
+                if batch:
+                    yield batch
+                raise
+            if batch:
+                yield batch
             if not chunk and not self.saw_done:
                 raise StreamBroken("upstream_truncated", "upstream stream ended without [DONE]")
 
+    def _check(self, event: SseEvent, *, ended: bool) -> None:
+        """Note one event, or raise what it breaks; most token events need no JSON walk."""
+        plain = self.grammar.plain_token(event)
+        if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)
+            if plain:
+                self.stats.on_token_event(time.perf_counter(), counted=True)
+            return
+        carries, obj = self.grammar.parse(event)
+        if is_malformed(event, obj):
+            if ended:  # an unterminated last event that does not parse: cut short
+                raise StreamBroken("upstream_truncated", "upstream stream ended mid-event")
+            raise StreamBroken("upstream_malformed", "upstream sent a non-JSON data event")
+        error = self.grammar.error(obj) if obj is not None else None
+        if error is not None:
+            raise StreamBroken("upstream_error_event", upstream_error(error))
+        self.note(event, obj, carries)
+
     async def _next_chunk(self) -> bytes:
         """The next upstream bytes (b"" at the end); every failure becomes StreamBroken."""
-        idle_s = self.inter_token_s
-        left_s = self.deadline - time.perf_counter() if self.deadline is not None else idle_s
+        watch = self.watch
+        if watch is None:  # one timer for the stream's life, not one per read
+            watch = self.watch = ReadWatch(self.inter_token_s, self.deadline, self.abort)
+        watch.reading()
         try:
-            async with asyncio.timeout(max(0.0, min(idle_s, left_s))):
-                chunk = await self.response.content.readany()
-        except TimeoutError:
-            if left_s < idle_s:
-                raise StreamBroken(
-                    "deadline_exceeded", "the request's total deadline passed mid-stream", 504
-                ) from None
-            raise StreamBroken(
-                "upstream_stalled", f"upstream sent nothing for {idle_s:.1f}s mid-stream"
-            ) from None
-        except StreamAborted as aborted:
+            chunk = await self.response.content.readany()
+        except StreamAborted as aborted:  # drained, stalled, past the deadline
             raise StreamBroken(aborted.kind, str(aborted), aborted.status) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise StreamBroken(
                 "upstream_disconnected", f"upstream connection broke mid-stream: {exc!r}"
             ) from None
+        finally:
+            watch.done()
         self.consumed += len(chunk)
         return chunk
 
@@ -266,6 +290,8 @@ class OpenedStream:
 
     def close(self) -> None:
         """Drop the upstream connection unless the exchange completed cleanly."""
+        if self.watch is not None:
+            self.watch.stop()
         if self.finished:
             return
         self.finished = True

@@ -2,6 +2,7 @@
 
     python -m loadtests.bench_peers [--concurrency 1 32] [--requests 200] [--rounds 2]
         [--peers meridian litellm nginx] [--litellm-version 1.108.7] [--out DIR]
+        [--meridian-src NAME=DIR ...]
 
 One emulated backend (TTFT 20 ms, 32 tokens at 5 ms), one streaming load generator, and in front
 of the backend: nothing (direct), Meridian (``meridian serve``, one worker), the LiteLLM proxy
@@ -10,7 +11,9 @@ routing) and nginx (Debian's; a byte relay with buffering off: the floor). Sides
 each round so machine noise hits them alike; percentiles pool each side's rounds. Reported per
 side and concurrency: added TTFT p50/p99 and added ITL p99 (side - direct), throughput / direct,
 and CPU per relayed token event (the proxy's process-tree CPU seconds during its runs ÷ token
-events relayed), with ratios against LiteLLM and nginx. Not part of the test suite.
+events relayed), with ratios against LiteLLM and nginx. ``--meridian-src base=/tmp/main`` adds
+a Meridian side ``meridian@base`` running that checkout's code (``PYTHONPATH``), so a change is
+measured against its baseline in the same run. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,15 +80,19 @@ def _minus(a: float | None, b: float | None) -> float | None:
 
 @contextlib.asynccontextmanager
 async def _peers(
-    wanted: list[str], backend_url: str, venvs: Path, litellm_version: str | None
+    args: argparse.Namespace, backend_url: str
 ) -> AsyncIterator[dict[str, tuple[str, int]]]:
     """Base URL and charged pid of every peer that could be started."""
+    wanted, venvs, litellm_version = args.peers, args.venvs, args.litellm_version
     async with contextlib.AsyncExitStack() as stack:
         found: dict[str, tuple[str, int]] = {}
+        backend = {"name": "b1", "region": "local", "url": backend_url + "/v1"}
+        config = {"backends": [{**backend, "models": [MODEL], "max_connections": 4096}]}
         if "meridian" in wanted:
-            backend = {"name": "b1", "region": "local", "url": backend_url + "/v1"}
-            config = {"backends": [{**backend, "models": [MODEL], "max_connections": 4096}]}
             found["meridian"] = await stack.enter_async_context(gateway(config, 1))
+        for name, src in args.meridian_src:
+            env = {**os.environ, "PYTHONPATH": str(src)}
+            found[f"meridian@{name}"] = await stack.enter_async_context(gateway(config, 1, env))
         if "litellm" in wanted:
             python = litellm_python(venvs, litellm_version)
             if python is not None:
@@ -102,7 +110,7 @@ async def measure(args: argparse.Namespace) -> list[PeerSide]:
     rows: list[PeerSide] = []
     async with (
         emulated_backend("b1", MODEL, ENGINE) as (backend_url, _),
-        _peers(args.peers, backend_url, args.venvs, args.litellm_version) as peers,
+        _peers(args, backend_url) as peers,
     ):
         sides = {"direct": (backend_url, 0), **peers}
         for concurrency in args.concurrency:
@@ -150,7 +158,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def format_table(rows: list[PeerSide]) -> str:
     head = (
-        f"{'':<9}{'conc':>5}{'err':>5}{'+TTFT p50':>11}{'+TTFT p99':>11}{'+ITL p99':>10}"
+        f"{'':<14}{'conc':>5}{'err':>5}{'+TTFT p50':>11}{'+TTFT p99':>11}{'+ITL p99':>10}"
         f"{'thru/direct':>13}{'CPU us/event':>14}{'TTFT p50 / litellm':>20}{'CPU / nginx':>13}"
     )
     lines = [head, "-" * len(head)]
@@ -160,7 +168,7 @@ def format_table(rows: list[PeerSide]) -> str:
         litellm = level["litellm"].added_ttft_p50_ms if "litellm" in level and not direct else None
         nginx = level["nginx"].cpu_us_per_event if "nginx" in level else None
         lines.append(
-            f"{row.peer:<9}{row.concurrency:>5}{row.side.errors:>5}"
+            f"{row.peer:<14}{row.concurrency:>5}{row.side.errors:>5}"
             f"{fmt(row.added_ttft_p50_ms):>11}{fmt(row.added_ttft_p99_ms):>11}"
             f"{fmt(row.added_itl_p99_ms):>10}{row.throughput_vs_direct:>12.3f}x"
             f"{fmt(row.cpu_us_per_event, 1):>14}"
@@ -174,6 +182,13 @@ def format_table(rows: list[PeerSide]) -> str:
     return "\n".join(lines)
 
 
+def _named_src(text: str) -> tuple[str, Path]:
+    name, sep, src = text.partition("=")
+    if not sep or not name or not (Path(src) / "gateway" / "cli.py").is_file():
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR of a Meridian checkout, got {text!r}")
+    return name, Path(src).resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.bench_peers", description=__doc__)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
@@ -182,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", nargs="+", default=["meridian", "litellm", "nginx"])
     parser.add_argument("--litellm-version", help="pip version of litellm[proxy] (default: latest)")
     parser.add_argument("--venvs", type=Path, default=DEFAULT_VENVS, help="where peer venvs live")
+    parser.add_argument(
+        "--meridian-src",
+        type=_named_src,
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also run Meridian from another checkout (e.g. base=/tmp/main), as meridian@NAME",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop

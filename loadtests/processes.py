@@ -18,9 +18,11 @@ _READY_TIMEOUT_S = 30.0
 
 
 @contextlib.asynccontextmanager
-async def _process(argv: list[str]) -> AsyncIterator[asyncio.subprocess.Process]:
+async def _process(
+    argv: list[str], env: Mapping[str, str] | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
     process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env
     )
     try:
         yield process
@@ -72,15 +74,18 @@ ADMIN_URLS: dict[str, str] = {}
 
 
 @contextlib.asynccontextmanager
-async def gateway(config: Mapping[str, Any], workers: int = 1) -> AsyncIterator[tuple[str, int]]:
+async def gateway(
+    config: Mapping[str, Any], workers: int = 1, env: Mapping[str, str] | None = None
+) -> AsyncIterator[tuple[str, int]]:
     """One ``meridian serve --config`` process on an ephemeral port (``--workers``: a
-    supervisor and that many worker processes); yields (base url, pid)."""
+    supervisor and that many worker processes); yields (base url, pid). ``env``: the process's
+    whole environment (e.g. a ``PYTHONPATH`` that runs another checkout's code)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "gateway.yaml"
         path.write_text(yaml.safe_dump(dict(config)))
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
         argv += ["--workers", str(workers)]
-        async with _process(argv) as process:
+        async with _process(argv, env) as process:
             line = (await _readline(process)).decode()
             if not line.startswith("meridian listening on "):
                 raise RuntimeError(f"unexpected first line from meridian serve: {line!r}")

@@ -21,6 +21,13 @@ from gateway.token_events import carries_token
 Obj = dict[str, Any]
 
 
+def _nulls_only(data: bytes, key: bytes) -> bool:
+    """Every occurrence of the quoted ``key`` is followed by ``:null`` (compact JSON). A string
+    value cannot contain an unescaped quote, so these bytes can only be that key or a string
+    equal to its name; both make this False and the event is parsed in full."""
+    return data.count(key) == data.count(key + b":null")
+
+
 def _object(event: SseEvent) -> Obj | None:
     if event.data is None or event.is_done:
         return None
@@ -47,6 +54,24 @@ class Grammar:
         if self.error(obj) is not None or self.counts_token(obj) or self.ends(event, obj):
             return True, obj
         return self._finishes(obj), obj
+
+    def plain_token(self, event: SseEvent) -> bool | None:
+        """For an event whose bytes cannot carry an error, a usage or a finish (nor hide one
+        behind a ``\\u`` escape): whether it counts as a token, with only the JSON checked.
+        None: the event needs :meth:`parse` and the rest. Equal to the full path by
+        construction, checked against it in tests/gateway/doors/test_grammar_plain.py."""
+        data = event.data
+        if (
+            data is None
+            or data[:1] != b"{"
+            or b"\\u" in data
+            or b'"error"' in data
+            or not _nulls_only(data, b'"usage"')
+            or not _nulls_only(data, b'"finish_reason"')
+        ):
+            return None
+        obj = _object(event)
+        return None if obj is None else carries_token(obj)
 
     def _finishes(self, obj: Obj) -> bool:
         choices = obj.get("choices") or ()
@@ -89,6 +114,9 @@ class ResponsesGrammar(Grammar):
 
     name: str = "responses"
 
+    def plain_token(self, event: SseEvent) -> bool | None:
+        return None  # typed events: the full path (they are not the chat hot path)
+
     def _finishes(self, obj: Obj) -> bool:
         return False
 
@@ -118,6 +146,9 @@ class MessagesGrammar(Grammar):
     """Anthropic Messages: ``message_stop`` ends it; ``error`` events carry ``error.message``."""
 
     name: str = "messages"
+
+    def plain_token(self, event: SseEvent) -> bool | None:
+        return None  # typed events: the full path (they are not the chat hot path)
 
     def _finishes(self, obj: Obj) -> bool:
         return obj.get("type") == "message_delta"

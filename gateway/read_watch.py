@@ -1,0 +1,76 @@
+"""One timer per relayed stream for the inter-token timeout and the request's deadline.
+
+Wrapping every upstream read in ``asyncio.timeout`` schedules and cancels a timer handle per
+event (a heap push, a cancel, a context object). :class:`ReadWatch` instead keeps one handle
+per stream and marks when the current read began; the handle fires at most once per
+``idle_s`` of a healthy stream, sees the read that is still waiting (or none) and either
+re-arms for that read's own bound or ends it. Only time spent *waiting for upstream bytes*
+counts, as with the per-read timeout: a stream held up by a slow client is not "stalled".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+class ReadWatch:
+    """``expire(kind, message, status)`` ends the waiting read (``OpenedStream.abort``)."""
+
+    def __init__(
+        self,
+        idle_s: float,
+        deadline: float | None,
+        expire: Callable[[str, str, int], None],
+    ) -> None:
+        self._idle_s = idle_s
+        self._deadline = deadline  # perf_counter() time
+        self._expire = expire
+        self._loop = asyncio.get_running_loop()
+        self._since: float | None = None  # perf_counter() when the waiting read began
+        self._handle: asyncio.TimerHandle | None = None  # None: parked past the deadline
+        self._stopped = False
+        self._arm(time.perf_counter())
+
+    def reading(self) -> None:
+        """A read of upstream bytes starts now."""
+        self._since = now = time.perf_counter()
+        if self._handle is None and not self._stopped:  # the deadline passed between reads
+            self._arm(now)
+
+    def done(self) -> None:
+        """The read returned."""
+        self._since = None
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arm(self, now: float) -> None:
+        bound = (self._since if self._since is not None else now) + self._idle_s
+        if self._deadline is not None:
+            bound = min(bound, self._deadline)
+        self._handle = self._loop.call_later(max(0.0, bound - now), self._check)
+
+    def _check(self) -> None:
+        now = time.perf_counter()
+        past_deadline = self._deadline is not None and now >= self._deadline
+        since = self._since
+        if since is None:  # between reads: the next read is bounded from its own start
+            if past_deadline:
+                self._handle = None  # reading() fires it (a read begun now is already late)
+            else:
+                self._arm(now)
+            return
+        if not past_deadline and now < since + self._idle_s:
+            self._arm(now)
+            return
+        self._handle = None
+        if past_deadline:
+            self._expire("deadline_exceeded", "the request's total deadline passed mid-stream", 504)
+        else:
+            idle = f"{self._idle_s:.1f}s"
+            self._expire("upstream_stalled", f"upstream sent nothing for {idle} mid-stream", 502)
