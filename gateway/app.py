@@ -24,6 +24,7 @@ from gateway.loop_health import loop_health_ctx
 from gateway.metrics import GatewayMetrics
 from gateway.observability.fleet_status import FleetStatusCollector
 from gateway.observability.status import add_status_routes
+from gateway.pinning.wiring import dns_pins, install_dns_pins
 from gateway.prefix_expiry import prefix_expiry_ctx
 from gateway.prewarm import prewarm_ctx
 from gateway.quota.limiter import QUOTAS
@@ -75,10 +76,12 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     metrics = GatewayMetrics()
     shared = SharedState.from_config(config, metrics.registry)
     # Pools, router and signal hub live in a RelayState that a reload rebuilds and swaps whole.
+    pins = dns_pins(config.dns, lambda: relay.config.backends, metrics.registry)
     builders = Builders(
         hub=lambda cfg, registry: build_signal_hub(cfg, registry, shared.fleet),
         wrap_router=shared.wrap_router,
         seed_salt=shared.seed_salt(),
+        resolver=pins.resolver if pins is not None else None,
     )
     relay = Relay(
         build_state(config, shared.wrap_router(router) if router else None, builders=builders),
@@ -116,6 +119,7 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     # Starts before the hub, stops after it; the state route follows the hub a reload swaps in.
     install_shared_state(app, shared, lambda: relay.fleet)
     install_quotas(app, config.quotas, metrics.registry, shared)  # gateway/quota: key, tenant
+    install_dns_pins(app, pins)  # gateway/pinning: backend hosts resolved before listening
     app.cleanup_ctx.append(signals)
     app.cleanup_ctx.append(loop_health_ctx(metrics.registry))
     app.cleanup_ctx.append(
@@ -198,9 +202,9 @@ async def start_gateway(
         access_log=None,
         keepalive_timeout=config.door.keepalive_timeout_s,
     )
-    await runner.setup()
     bind_host = host or config.listen.host
     try:
+        await runner.setup()  # a start-up step that fails (e.g. a DNS pin) unwinds the others
         check_listener(config.auth, bind_host)  # auth unconfigured: loopback only
     except BaseException:
         await runner.cleanup()

@@ -81,6 +81,7 @@ from gateway.door.config import DoorConfig
 from gateway.model_names import check_aliases
 from gateway.objectives import ObjectivesConfig
 from gateway.observability.config import LoggingConfig, TracingConfig
+from gateway.pinning.config import DnsConfig
 from gateway.placement import PlacementConfig
 from gateway.quota.config import QuotaConfig
 from gateway.signals.hub import SignalsConfig
@@ -206,6 +207,10 @@ class GatewayConfig(_Strict):
     quotas: QuotaConfig = Field(
         default_factory=lambda: QuotaConfig(),
         description="Requests/s and tokens/minute per API key and tenant (gateway/quota).",
+    )
+    dns: DnsConfig = Field(
+        default_factory=lambda: DnsConfig(),
+        description="Backend host names pinned to resolved addresses (gateway/pinning).",
     )
     door: DoorConfig = Field(
         default_factory=lambda: DoorConfig(),

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from aiohttp.abc import AbstractResolver
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
@@ -75,6 +76,8 @@ class Builders:
     # Mixed into the routing seed: replicas sharing one config must not break ties in lockstep
     # (they would herd onto the same backend). 0 keeps a lone gateway reproducible.
     seed_salt: int = 0
+    # gateway/pinning: upstream connections resolve backend hosts to their pinned addresses.
+    resolver: AbstractResolver | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -149,7 +152,9 @@ def build_state(
         hub_registry = CollectorRegistry()
         hub = builders.hub(config, hub_registry)
     reuse = previous.pool if previous is not None else None
-    pool = UpstreamPool(config.backends, config.timeouts, upstream_read_bufsize(config), reuse)
+    pool = UpstreamPool(
+        config.backends, config.timeouts, upstream_read_bufsize(config), reuse, builders.resolver
+    )
     budget = RetryBudget(config.retry.budget_ratio, config.retry.budget_burst)
     admission = Admission(config.admission)
     if previous is not None and old is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 
 from gateway.config import BackendConfig, TimeoutsConfig
 
@@ -76,9 +77,15 @@ class UpstreamClient:
     """
 
     def __init__(
-        self, backend: BackendConfig, timeouts: TimeoutsConfig, read_bufsize: int = 2**16
+        self,
+        backend: BackendConfig,
+        timeouts: TimeoutsConfig,
+        read_bufsize: int = 2**16,
+        resolver: AbstractResolver | None = None,
     ) -> None:
+        """``resolver``: backend host names to pinned addresses (gateway/pinning)."""
         self.backend = backend
+        self._resolver = resolver
         self.base_url = backend.base_url()
         self._api_key = backend.api_key.resolve() if backend.api_key is not None else None
         self._timeouts = timeouts
@@ -98,6 +105,8 @@ class UpstreamClient:
                 limit=self.backend.max_connections,
                 keepalive_timeout=30.0,
                 enable_cleanup_closed=True,
+                resolver=self._resolver,
+                use_dns_cache=self._resolver is None,  # pins are a dict already, and move
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -164,6 +173,7 @@ class UpstreamPool:
         timeouts: TimeoutsConfig,
         read_bufsize: int = 2**16,
         reuse: UpstreamPool | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         old = reuse.clients if reuse is not None else {}
         self.clients: dict[str, UpstreamClient] = {}
@@ -172,7 +182,9 @@ class UpstreamPool:
             if kept is not None and kept.same_settings(backend, timeouts, read_bufsize):
                 self.clients[backend.name] = kept
             else:
-                self.clients[backend.name] = UpstreamClient(backend, timeouts, read_bufsize)
+                self.clients[backend.name] = UpstreamClient(
+                    backend, timeouts, read_bufsize, resolver
+                )
 
     def not_in(self, other: UpstreamPool) -> list[UpstreamClient]:
         """This pool's clients that ``other`` does not share: what a reload retires."""
