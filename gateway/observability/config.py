@@ -29,6 +29,13 @@ class LoggingConfig(_Section):
         "hash of the request id, so every hop of a chain keeps the same ones). Failed and "
         "cancelled requests are always logged.",
     )
+    prefix_hashes: bool = Field(
+        default=False,
+        description="Also write each routed request's prefix block hashes (hex, tenant-salted, "
+        "no prompt text; about 17 bytes per block of 16 tokens) so `meridian sim --replay` of "
+        "this log shares prefixes as the traffic did. Off by default: a hash lets whoever "
+        "holds the log test whether a prompt they can guess was sent.",
+    )
 
 
 class TracingConfig(_Section):

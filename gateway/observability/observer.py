@@ -80,7 +80,9 @@ class RequestObserver:
         outcome, error = classify_finish(failure, error)
         self.metrics.ended(record, opened, now, outcome)
         if self.log.wants(record.inbound.request_id, outcome):
-            self.log.write(opened_line(record, opened, now, outcome, error))
+            self.log.write_routed(
+                opened_line(record, opened, now, outcome, error), record.inbound.profile
+            )
         if self.tracing.processor is not None:
             self.spans.opened(record, opened, now, outcome, error)
 

@@ -18,6 +18,7 @@ from gateway.errors import ApiError
 from gateway.observability.config import LoggingConfig
 from gateway.observability.log_format import FIELDS_ATTR
 from gateway.observability.record import CLIENT_CLOSED_STATUS, Outcome
+from routing.types import RequestProfile
 
 _requests = logging.getLogger("meridian.request")
 _SAMPLE_SPACE = 1 << 32
@@ -38,6 +39,7 @@ class RequestLog:
 
     def configure(self, config: LoggingConfig) -> None:
         self.enabled = config.requests
+        self.prefix_hashes = config.prefix_hashes
         self._threshold = int(config.sample_rate * _SAMPLE_SPACE)
 
     def wants(self, request_id: str, outcome: Outcome) -> bool:
@@ -50,6 +52,14 @@ class RequestLog:
 
     def write(self, line: dict[str, Any]) -> None:
         _requests.info("request", extra={FIELDS_ATTR: line})
+
+    def write_routed(self, line: dict[str, Any], profile: RequestProfile) -> None:
+        """A routed request's line, with its prefix block hashes when configured (the trace
+        format's ``prefix_hashes``: loadtests/sim/replay_import.py reads them)."""
+        if self.prefix_hashes and profile.prefix_hashes:
+            line["prefix_hashes"] = [f"{h:016x}" for h in profile.prefix_hashes]
+            line["prefix_block_tokens"] = profile.block_tokens
+        self.write(line)
 
     def rejected(
         self, door: str, endpoint: str, request_id: str, err: ApiError, received_at: float

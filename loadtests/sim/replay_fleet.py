@@ -32,6 +32,20 @@ def _prices(config: GatewayConfig | None) -> Mapping[str, PriceConfig]:
     return {b.name: b.price for b in config.backends if b.price is not None}
 
 
+def _signals(config: GatewayConfig | None) -> dict[str, float]:
+    """The recording gateway's scrape and probe intervals (the simulator's defaults without a
+    config): how often its router saw engine queues decides how often it routed on a stale one."""
+    if config is None:
+        return {}
+    scrape = config.signals.engine_metrics.interval_s
+    probe = config.signals.probes.interval_s
+    return {
+        "scrape_interval_s": scrape,
+        "probe_interval_s": probe,
+        "snapshot_interval_s": min(1.0, scrape, probe),
+    }
+
+
 def replay_fleet(
     fleet_path: Path, config_path: Path | None, gateway_region: str | None, span_s: float
 ) -> ReplayFleet | str:
@@ -69,6 +83,7 @@ def replay_fleet(
         "clients": {"replay": {"region": region, "rate_rps": 1.0}},  # unused: arrivals are given
         "workloads": {"replay": {}},
         "policy_params": policy_params,
+        "signals": _signals(config),
     }
     scenario = parse_scenario(raw, str(fleet_path))
     if isinstance(scenario, ScenarioError):

@@ -10,8 +10,9 @@
   Without ``--workload`` requests carry no hashes (no prefix is shared in the replay).
 - Meridian's request log (``meridian.request`` lines in the JSON log format,
   ``gateway/observability``): arrival = the line's ``time`` less its ``e2e_ms``; tenant,
-  origin, prompt/completion/cached tokens and the route as recorded. The log holds no prefix
-  hashes today; a ``prefix_hashes`` field (hex, as in the trace format) is read when present.
+  origin, prompt/completion/cached tokens and the route as recorded; prefix hashes when the
+  gateway wrote them (``logging.prefix_hashes: true``: ``prefix_hashes`` in hex, as in the
+  trace format, and ``prefix_block_tokens``), else none (the replay then shares no prefix).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def from_request_log(path: Path) -> TraceFile:
     """Every request line with a route and output (requests that failed before their first
     token did no work upstream to replay)."""
     lines = []
+    block_tokens = DEFAULT_BLOCK_TOKENS
     for number, raw in _log_lines(path):
         at, route = _arrival_s(raw), raw.get("route")
         output = raw.get("completion_tokens")
@@ -143,6 +145,8 @@ def from_request_log(path: Path) -> TraceFile:
             chain = tuple(int(h, 16) for h in hashes)
         except (TypeError, ValueError):
             raise TraceFormatError(f"{path}:{number}: 'prefix_hashes' must be hex") from None
+        if chain and isinstance(raw.get("prefix_block_tokens"), int):
+            block_tokens = raw["prefix_block_tokens"]
         prompt = raw.get("prompt_tokens")
         recorded = Recorded(
             route.get("backend"), raw.get("ttft_ms"), raw.get("e2e_ms"),
@@ -160,7 +164,7 @@ def from_request_log(path: Path) -> TraceFile:
     lines.sort(key=lambda line: line.t_s)
     start = lines[0].t_s
     shifted = tuple(dataclasses.replace(line, t_s=line.t_s - start) for line in lines)
-    return TraceFile(shifted, source=f"request-log:{path.name}")
+    return TraceFile(shifted, block_tokens, source=f"request-log:{path.name}")
 
 
 def load_any(path: Path, workload: Path | None = None) -> TraceFile:

@@ -266,3 +266,43 @@ async def test_the_tenant_is_the_keys_and_the_key_never_appears(
     (line,) = await captured.wait_requests(1)
     assert line["request_id"] == "req-key" and line["tenant"] == "acme-corp"
     assert key.key not in captured.text() and key.entry["sha256"] not in captured.text()
+
+
+async def test_prefix_hashes_are_logged_when_asked_and_a_replay_of_the_log_shares_them(
+    emulator, gateway, captured: CapturedLog, tmp_path
+) -> None:
+    """``logging.prefix_hashes``: two requests with one system prompt log hash chains that share
+    its blocks (hex, no prompt text), and ``meridian sim --replay`` of the log reads them."""
+    from loadtests.sim.replay_import import from_request_log
+
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}, logging={"prefix_hashes": True}))
+    system = {"role": "system", "content": f"You are a careful assistant. {PROMPT_CANARY} " * 8}
+    for question in ("the first question, asked at length " * 6, "another one entirely " * 10):
+        body = _chat(max_tokens=3)
+        body["messages"] = [system, {"role": "user", "content": question}]
+        status, _ = await _post(running.url, body)
+        assert status == 200
+    first, second = await captured.wait_requests(2)
+    assert PROMPT_CANARY not in captured.text()
+    a, b = first["prefix_hashes"], second["prefix_hashes"]
+    assert first["prefix_block_tokens"] == 16 and all(len(h) == 16 for h in a + b)
+    shared = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
+    assert 4 <= shared < min(len(a), len(b))  # the system prompt's blocks, then their own
+    log = tmp_path / "gateway.log"
+    log.write_text(captured.text())
+    trace = from_request_log(log)
+    assert [line.prefix_hashes for line in trace.lines] == [
+        tuple(int(h, 16) for h in a),
+        tuple(int(h, 16) for h in b),
+    ]
+
+
+async def test_prefix_hashes_are_not_logged_by_default(
+    emulator, gateway, captured: CapturedLog
+) -> None:
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}))
+    assert (await _post(running.url, _chat(max_tokens=3)))[0] == 200
+    (line,) = await captured.wait_requests(1)
+    assert "prefix_hashes" not in line
