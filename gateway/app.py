@@ -135,9 +135,12 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
             metrics.registry,
         )
     )
-    app.cleanup_ctx.append(  # refilled quota buckets (gateway/idle_sweep.py)
+    app.cleanup_ctx.append(  # refilled quota buckets, idle GeoIP entries (gateway/idle_sweep.py)
         idle_sweep_ctx(
-            lambda: app[QUOTAS], config.routing.prefix_sweep_interval_s, metrics.registry
+            lambda: app[QUOTAS],
+            lambda: relay.fleet.geo,
+            config.routing.prefix_sweep_interval_s,
+            metrics.registry,
         )
     )
     if config.listen.grpc_port is not None:

@@ -130,21 +130,41 @@ class _Database:
 
 @dataclass(slots=True)
 class _Lru:
+    """Least recently used first; each entry remembers the generation it was last used in, so
+    ``forget_idle`` drops what no request used for a whole generation (issue 19: a client
+    address gone quiet costs nothing), at the cost of what it drops."""
+
     size: int
-    items: OrderedDict[str, ClientGeo] = field(default_factory=OrderedDict)
+    items: OrderedDict[str, tuple[ClientGeo, int]] = field(default_factory=OrderedDict)
+    generation: int = 0
 
     def get(self, key: str) -> ClientGeo | None:
-        value = self.items.get(key)
-        if value is not None:
-            self.items.move_to_end(key)
-        return value
+        found = self.items.get(key)
+        if found is None:
+            return None
+        self.items.move_to_end(key)
+        if found[1] != self.generation:
+            self.items[key] = (found[0], self.generation)
+        return found[0]
 
     def put(self, key: str, value: ClientGeo) -> None:
         if self.size <= 0:
             return
-        self.items[key] = value
+        self.items[key] = (value, self.generation)
         if len(self.items) > self.size:
             self.items.popitem(last=False)
+
+    def forget_idle(self) -> int:
+        """Drop the entries unused since the previous call; returns how many."""
+        items, dropped = self.items, 0
+        while items:
+            key, (_, used_in) = next(iter(items.items()))
+            if used_in == self.generation:
+                break  # ordered by last use: everything after it was used since too
+            del items[key]
+            dropped += 1
+        self.generation += 1
+        return dropped
 
 
 def open_database(path: Path) -> _Database | SignalError:
@@ -233,6 +253,14 @@ class GeoLocator:
         """A measured client RTT (e.g. from TCP_INFO) overriding the model for that pair."""
         self._measured.setdefault(country.upper(), {})[region] = rtt_ms
         self._cache = _Lru(self._config.cache_size)
+
+    def forget_idle(self) -> int:
+        """Forget the client addresses no request came from since the previous call (the idle
+        sweep calls this every interval); returns how many."""
+        return self._cache.forget_idle()
+
+    def cached_addresses(self) -> int:
+        return len(self._cache.items)
 
     def locate(
         self, peer: str | None, forwarded_for: str | Sequence[str] | None = None

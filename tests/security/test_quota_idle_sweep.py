@@ -1,5 +1,6 @@
 """Quota buckets of keys and tenants that went quiet are freed once refilled (issue 19): the
-limiter returns to its idle size, on an injected clock and on a real gateway's sweep."""
+limiter returns to its idle size, on an injected clock and on a real gateway's sweep (which
+also empties the GeoIP cache of addresses gone quiet)."""
 
 from __future__ import annotations
 
@@ -109,9 +110,11 @@ async def test_a_gateway_frees_the_buckets_of_keys_gone_quiet(
     swept = metric_value(running, "meridian_idle_sweeps_total")
 
     def refilled_and_dropped() -> bool:
-        # Two sweeps after the requests ended, the latest of which kept no bucket.
+        # Two sweeps after the requests ended, the latest of which kept no bucket (and no
+        # client address in the GeoIP cache: none has sent a request since).
         return metric_value(running, "meridian_idle_sweeps_total") >= swept + 2 and (
             metric_value(running, "meridian_quota_buckets") == 0
+            and metric_value(running, "meridian_geo_cached_addresses") == 0
         )
 
     await settle(refilled_and_dropped)  # a ceiling against hangs, not a timing claim
