@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.admin import ADMIN, admin_gate, install_admin
 from gateway.auth.wiring import auth_gate, check_listener, install_auth, shared_keys_ctx
+from gateway.canary_learning import canary_learning_ctx
 from gateway.chain.summary import add_chain_routes
 from gateway.config import ConfigError, GatewayConfig
 from gateway.door.expect import guard_expect
@@ -140,6 +141,14 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
             lambda: app[QUOTAS],
             lambda: relay.fleet.geo,
             config.routing.prefix_sweep_interval_s,
+            metrics.registry,
+        )
+    )
+    app.cleanup_ctx.append(
+        canary_learning_ctx(
+            lambda: relay.router,
+            lambda: relay.fleet,
+            config.signals.tick_interval_s,
             metrics.registry,
         )
     )

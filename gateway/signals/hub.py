@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -114,6 +115,9 @@ class SignalHub(ProbeObserver):
         self._dirty: set[str] = set(self._targets)
         self._snapshot: FleetSnapshot | None = None
         self._built_at = float("-inf")
+        # Canary first tokens not yet handed to routing (gateway/canary_learning.py drains
+        # them): (backend, when, TTFT ms, found cold). Bounded: an idle drain loses the oldest.
+        self.canaries: deque[tuple[str, float, float, bool]] = deque(maxlen=256)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -313,6 +317,8 @@ class SignalHub(ProbeObserver):
             self._metrics.on_probe(summary, pooled_ms, fresh_ms, error)
 
     def on_canary(self, summary: ProbeSummary, ttft_ms: float, cold: bool) -> None:
+        at = summary.last_canary_at
+        self.canaries.append((summary.backend, self._clock() if at is None else at, ttft_ms, cold))
         if self._metrics is not None:
             self._metrics.on_canary(summary, ttft_ms, cold)
 

@@ -70,6 +70,20 @@ class SharedPrefixRouter:
     def release(self, backend: str) -> None:
         self.inner.release(backend)
 
+    def observe_canary(
+        self,
+        fleet: FleetSnapshot,
+        backend: str,
+        at: float,
+        ttft_ms: float,
+        prompt_tokens: int,
+        cold_start: bool | None = None,
+    ) -> bool:
+        observe = getattr(self.inner, "observe_canary", None)
+        if not callable(observe):
+            return False
+        return bool(observe(fleet, backend, at, ttft_ms, prompt_tokens, cold_start))
+
     def warm_up(self, fleet: FleetSnapshot, now: float) -> tuple[str, ...]:
         warm_up = getattr(self.inner, "warm_up", None)
         return tuple(warm_up(fleet, now)) if callable(warm_up) else ()

@@ -103,6 +103,38 @@ class PipelineRouter:
                 )
             )  # fmt: skip
 
+    def observe_canary(
+        self,
+        fleet: FleetSnapshot,
+        backend: str,
+        at: float,
+        ttft_ms: float,
+        prompt_tokens: int,
+        cold_start: bool | None = None,
+    ) -> bool:
+        """A canary (a one-token request the gateway itself sent ``backend``) got its first
+        token ``ttft_ms`` after it left, at ``at``: learned like a request's first token,
+        against what this router predicts there for a request that size. A canary takes the
+        request path, so it re-measures a backend no request is choosing. False when nothing
+        was learned (a policy that learns nothing, a backend it would not route to)."""
+        state = fleet.backends.get(backend)
+        if not isinstance(self.scorer, FirstTokenLearner) or state is None:
+            return False
+        profile = RequestProfile(
+            model=min(state.spec.models, default=""),
+            prompt_tokens=prompt_tokens,
+            max_tokens=1,
+            exclude=frozenset(fleet.backends).difference((backend,)),
+        )
+        chosen = self.explain(profile, fleet, at).chosen
+        if chosen is None or chosen.predicted_ttft_ms is None:
+            return False
+        self.observe_first_token(
+            backend, at, ttft_ms, chosen.terms_ms, prompt_tokens, 0,
+            predicted_ttft_ms=chosen.predicted_ttft_ms, cold_start=cold_start,
+        )  # fmt: skip
+        return True
+
     @property
     def keeps_prefixes(self) -> bool:
         """Whether this policy keeps a prefix index (``note_remote_prefix`` does something)."""
