@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 ## chromium and its driver (the status page).
 setup: $(STAMP)
 	sh scripts/install_debian_packages.sh redis-server=redis-server redis-cli=redis-tools \
-		promtool=prometheus chromium=chromium chromedriver=chromium-driver
+		promtool=prometheus chromium=chromium chromedriver=chromium-driver openssl=openssl
 	PYTHON=$(PYTHON) sh scripts/install_deploy_tools.sh
 
 ## Run the embedded default: the gateway in front of an emulated three-region fleet.

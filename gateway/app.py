@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.admin import ADMIN, admin_gate, install_admin
+from gateway.auth.tls import listener_context
 from gateway.auth.wiring import auth_gate, check_listener, install_auth, shared_keys_ctx
 from gateway.canary_learning import canary_learning_ctx
 from gateway.chain.summary import add_chain_routes
@@ -172,10 +173,11 @@ class RunningGateway:
     port: int
     admin_host: str = "127.0.0.1"
     admin_port: int = 0
+    scheme: str = "http"  # https with listen.tls
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     @property
     def admin_url(self) -> str:
@@ -218,6 +220,7 @@ async def start_gateway(
     try:
         await runner.setup()  # a start-up step that fails (e.g. a DNS pin) unwinds the others
         check_listener(config.auth, bind_host)  # auth unconfigured: loopback only
+        tls = listener_context(config.listen.tls)  # gateway/auth/tls.py: HTTPS, mTLS hops
     except BaseException:
         await runner.cleanup()
         raise
@@ -227,6 +230,7 @@ async def start_gateway(
         config.listen.port if port is None else port,
         reuse_port=reuse_port,
         backlog=_LISTEN_BACKLOG,
+        ssl_context=tls,
     )
     try:
         await site.start()
@@ -247,7 +251,8 @@ async def start_gateway(
         raise
     bound_admin = _bound_port(admin_site) or admin_port
     app[ADMIN].ports.add(bound_admin)
-    return RunningGateway(runner, bind_host, actual_port, admin.host, bound_admin)
+    scheme = "http" if tls is None else "https"
+    return RunningGateway(runner, bind_host, actual_port, admin.host, bound_admin, scheme)
 
 
 def _bound_port(site: web.TCPSite) -> int | None:

@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway.auth.tls import HopTlsConfig, ListenTlsConfig
 from gateway.backend_urls import check_backend_url
 from gateway.config_base import ConfigError
 from gateway.config_base import StrictSection as _Strict
@@ -33,6 +34,11 @@ class ListenConfig(_Strict):
     )
     grpc_port: Annotated[int, Field(ge=0, le=65535)] | None = Field(
         default=None, description="gRPC port; None: no gRPC listener (0: any free port)."
+    )
+    tls: ListenTlsConfig | None = Field(
+        default=None,
+        description="Serve the HTTP listener over TLS, optionally asking for client "
+        "certificates (mTLS from other gateways; gateway/auth/tls.py). None: plain HTTP.",
     )
 
 
@@ -182,6 +188,11 @@ class BackendConfig(_Strict):
         description="the RTT routing uses: the probe's, + offset_ms, or the region's with "
         "probes health-only, or pin_ms (gateway/signals/rtt_policy.py)",
     )
+    tls: HopTlsConfig | None = Field(
+        default=None,
+        description="TLS to this backend (https url): the CA its certificate must chain to "
+        "and a client certificate to present (mTLS between gateway hops; gateway/auth/tls.py).",
+    )
 
     @model_validator(mode="after")
     def _model_ids_name_served_models(self) -> BackendConfig:
@@ -199,6 +210,12 @@ class BackendConfig(_Strict):
         if url.username or url.password:
             raise ValueError("credentials do not belong in the URL; use api_key: {env: ...}")
         return url
+
+    @model_validator(mode="after")
+    def _tls_needs_https(self) -> BackendConfig:
+        if self.tls is not None and self.url.scheme != "https":
+            raise ValueError("tls: needs an https:// url")
+        return self
 
     @model_validator(mode="after")
     def _url_policy(self) -> BackendConfig:

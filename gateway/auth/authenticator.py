@@ -87,6 +87,12 @@ class Authenticator:
             raise unauthorized("The API key has expired.")
         return stored.principal()
 
+    def certificate_hop(self, tenant_header: str | None) -> Principal:
+        """An upstream Meridian gateway known by its client certificate (gateway/auth/tls.py)."""
+        if not self.enabled:
+            return Principal(tenant_from(tenant_header), None, _INFERENCE, frozenset(), "off")
+        return Principal(tenant_from(tenant_header), None, _INFERENCE, frozenset(), "hop")
+
     def _hop(self, key: str, tenant_header: str | None) -> Principal:
         """An upstream Meridian gateway: its secret is a hop key; the tenant travels with it."""
         if self._hop_digests:

@@ -20,6 +20,7 @@ from gateway.auth.config import AuthConfig
 from gateway.auth.keys import PRINCIPAL, Principal, StoredKey
 from gateway.errors import ApiError
 from gateway.quota.limiter import Quotas
+from gateway.state_keys import CONFIG
 
 log = logging.getLogger("meridian.auth")
 
@@ -139,15 +140,28 @@ def principal_of(request: web.Request) -> Principal:
     return Principal("default", None, frozenset({"inference"}), frozenset(), "admin-listener")
 
 
+def _certificate_hop(request: web.Request) -> bool:
+    """The connection presented a client certificate the listener's client CA signed (the
+    handshake refuses any other), and the listener takes such clients for gateway hops."""
+    tls = request.app[CONFIG].listen.tls
+    if tls is None or tls.client_ca_file is None or not tls.client_cert_hops:
+        return False
+    transport = request.transport
+    return transport is not None and bool(transport.get_extra_info("peercert"))
+
+
 @web.middleware
 async def auth_gate(request: web.Request, handler: Handler) -> web.StreamResponse:
     authenticator = request.app.get(AUTH)
     if authenticator is None or request.path in _OPEN_PATHS or on_admin_listener(request):
         return await handler(request)
+    tenant_header = request.headers.get(authenticator.config.tenant_header)
+    if _certificate_hop(request):
+        request[PRINCIPAL] = authenticator.certificate_hop(tenant_header)
+        return await handler(request)
     try:
         request[PRINCIPAL] = authenticator.authenticate(
-            request.headers.get("Authorization"),
-            request.headers.get(authenticator.config.tenant_header),
+            request.headers.get("Authorization"), tenant_header
         )
     except ApiError as err:
         return err.to_response({"WWW-Authenticate": 'Bearer realm="meridian"'})

@@ -1,0 +1,108 @@
+"""TLS between hops: a ``kind: gateway`` backend may verify its downstream gateway against a
+CA and present a client certificate (``backends[].tls``); a listener may serve TLS and ask for
+client certificates (``listen.tls``). A request whose connection presented a certificate the
+listener's client CA signed is a hop from a Meridian gateway, as one bearing a hop key is: its
+tenant header is believed (``client_cert_hops``).
+
+Imported by the config modules: pydantic and ssl only.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class HopTlsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ca_file: str | None = Field(
+        default=None,
+        description="PEM file of the CA(s) the backend's server certificate must chain to; "
+        "None: the system's CAs.",
+    )
+    cert_file: str | None = Field(
+        default=None, description="PEM client certificate presented to the backend (mTLS)."
+    )
+    key_file: str | None = Field(
+        default=None, description="PEM private key of cert_file (a file, never inline)."
+    )
+
+    @model_validator(mode="after")
+    def _pair(self) -> HopTlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError(
+                "cert_file and key_file go together (a client certificate and its key)"
+            )
+        return self
+
+
+class ListenTlsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cert_file: str = Field(description="PEM server certificate (chain) of the public listener.")
+    key_file: str = Field(description="PEM private key of cert_file.")
+    client_ca_file: str | None = Field(
+        default=None,
+        description="PEM CA(s) client certificates are verified against; None: no client "
+        "certificates asked for.",
+    )
+    require_client_cert: bool = Field(
+        default=False,
+        description="Refuse a TLS handshake without a client certificate the client CA signed "
+        "(a listener only other gateways reach); false: optional, API keys still work.",
+    )
+    client_cert_hops: bool = Field(
+        default=True,
+        description="A request on a connection with a verified client certificate is a hop "
+        "from a Meridian gateway: its tenant header is believed, as with a hop key.",
+    )
+
+    @model_validator(mode="after")
+    def _needs_ca(self) -> ListenTlsConfig:
+        if self.require_client_cert and self.client_ca_file is None:
+            raise ValueError("require_client_cert needs client_ca_file")
+        return self
+
+
+def _readable(path: str, what: str) -> str:
+    if not Path(path).is_file():
+        raise ssl.SSLError(f"{what} {path}: no such file")
+    return path
+
+
+def client_context(config: HopTlsConfig) -> ssl.SSLContext:
+    """For the connections to one backend. Raises ``ssl.SSLError``/``OSError`` on bad files."""
+    context = ssl.create_default_context(
+        cafile=_readable(config.ca_file, "ca_file") if config.ca_file else None
+    )
+    if config.cert_file and config.key_file:
+        context.load_cert_chain(
+            _readable(config.cert_file, "cert_file"), _readable(config.key_file, "key_file")
+        )
+    return context
+
+
+def server_context(config: ListenTlsConfig) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(
+        _readable(config.cert_file, "cert_file"), _readable(config.key_file, "key_file")
+    )
+    if config.client_ca_file:
+        context.load_verify_locations(_readable(config.client_ca_file, "client_ca_file"))
+        context.verify_mode = ssl.CERT_REQUIRED if config.require_client_cert else ssl.CERT_OPTIONAL
+    return context
+
+
+def listener_context(config: ListenTlsConfig | None) -> ssl.SSLContext | None:
+    """``listen.tls`` as a server context (None: plain HTTP); ``ConfigError`` on bad files."""
+    if config is None:
+        return None
+    try:
+        return server_context(config)
+    except (OSError, ssl.SSLError) as exc:
+        from gateway.config_base import ConfigError
+
+        raise ConfigError(f"listen.tls: {exc}") from None

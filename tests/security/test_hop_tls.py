@@ -1,0 +1,148 @@
+"""mTLS between gateway hops, with certificates made in the test (the ``openssl`` CLI) and
+every connection on loopback: gateway A reaches gateway B over HTTPS, verifying B against the
+CA and presenting a client certificate; B takes a verified client certificate for a hop and
+believes the tenant A sends. A hop without a certificate, or with one another CA signed, gets
+nothing through."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.config import ConfigError, parse_config
+from tests.gateway.support import config_for
+from tests.security.auth_support import CHAT, MODEL, issue, recording_backend
+from tests.servers import GatewayFactory, gateways
+
+_EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2")
+
+
+def _openssl(*args: str) -> None:  # installed by make setup
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def _ca(where: Path, name: str) -> tuple[Path, Path]:
+    cert, key = where / f"{name}.pem", where / f"{name}.key"
+    _openssl("req", "-x509", *_EC, "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}")
+    return cert, key
+
+
+def _leaf(where: Path, name: str, ca: tuple[Path, Path], *extra: str) -> tuple[Path, Path]:
+    cert, key = where / f"{name}.pem", where / f"{name}.key"
+    _openssl("req", "-x509", "-CA", str(ca[0]), "-CAkey", str(ca[1]), *_EC, "-keyout", str(key),
+             "-out", str(cert), "-subj", f"/CN={name}", "-addext",
+             "basicConstraints=critical,CA:FALSE", *extra)  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    where = tmp_path_factory.mktemp("pki")
+    ca, rogue_ca = _ca(where, "hop-ca"), _ca(where, "rogue-ca")
+    return {
+        "ca": ca,
+        "server": _leaf(where, "gw-b", ca, "-addext", "subjectAltName=IP:127.0.0.1"),
+        "client": _leaf(where, "gw-a", ca),
+        "rogue": _leaf(where, "gw-x", rogue_ca),
+    }
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[GatewayFactory]:
+    async with gateways() as factory:
+        yield factory
+
+
+def _listen_tls(pki: dict[str, tuple[Path, Path]], require: bool = False) -> dict[str, Any]:
+    server_cert, server_key = pki["server"]
+    tls: dict[str, Any] = {"cert_file": str(server_cert), "key_file": str(server_key)}
+    tls |= {"client_ca_file": str(pki["ca"][0]), "require_client_cert": require}
+    return {"host": "127.0.0.1", "port": 0, "tls": tls}
+
+
+def _upstream(downstream_url: str, tls: dict[str, str], client_key: dict[str, Any]) -> Any:
+    hop: dict[str, Any] = {"name": "gw-b", "region": "local", "kind": "gateway"}
+    hop["models"] = [MODEL]
+    hop |= {"url": downstream_url + "/v1", "tls": tls}
+    return parse_config(
+        {
+            "backends": [hop],
+            "timeouts": {"first_token_s": 5.0},
+            "auth": {"keys": [client_key]},
+            "chain": {"id": "gw-a"},
+            # Only the relay reaches B here (probes and scrapes do not speak TLS to it yet).
+            "signals": {"probes": {"enabled": False}, "engine_metrics": {"enabled": False}},
+        },
+        "<test>",
+    )
+
+
+async def _post(url: str, headers: dict[str, str]) -> int:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", json=CHAT, headers=headers) as r:
+            await r.read()
+            return r.status
+
+
+async def test_a_hop_over_mtls_carries_the_tenant_and_an_unverified_one_is_refused(
+    gateway: GatewayFactory, pki: dict[str, tuple[Path, Path]]
+) -> None:
+    client = issue("acme")
+    ca = str(pki["ca"][0])
+    async with recording_backend() as recorder:
+        downstream = await gateway(
+            config_for({"c1": recorder.url}, listen=_listen_tls(pki), auth={"mode": "keys"})
+        )
+        assert downstream.url.startswith("https://")
+        cert, key = pki["client"]
+        mutual = {"ca_file": ca, "cert_file": str(cert), "key_file": str(key)}
+        upstream = await gateway(_upstream(downstream.url, mutual, client.entry))
+        claims_evil = {**client.headers, "X-Meridian-Tenant": "evil"}
+        assert await _post(upstream.url, claims_evil) == 200
+        assert recorder.tenants == ["acme"]  # the key's tenant, believed from the certificate
+
+        rogue_cert, rogue_key = pki["rogue"]
+        for tls in (
+            {"ca_file": ca},  # TLS, but no client certificate: B wants a key then
+            {"ca_file": ca, "cert_file": str(rogue_cert), "key_file": str(rogue_key)},
+        ):
+            unverified = await gateway(_upstream(downstream.url, tls, client.entry))
+            assert await _post(unverified.url, claims_evil) != 200
+        assert recorder.tenants == ["acme"]  # nothing else reached the engine
+
+
+async def test_a_listener_requiring_client_certificates_refuses_the_handshake(
+    gateway: GatewayFactory, pki: dict[str, tuple[Path, Path]]
+) -> None:
+    async with recording_backend() as recorder:
+        downstream = await gateway(
+            config_for(
+                {"c1": recorder.url},
+                listen=_listen_tls(pki, require=True),
+                auth={"mode": "keys"},
+            )
+        )
+        context = ssl.create_default_context(cafile=str(pki["ca"][0]))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            with pytest.raises(aiohttp.ClientError):
+                async with session.post(downstream.url + "/v1/chat/completions", json=CHAT) as r:
+                    await r.read()
+        assert recorder.tenants == []
+
+
+def test_tls_settings_are_checked_at_load() -> None:
+    base = {"name": "b", "region": "local", "models": [MODEL]}
+    with pytest.raises(ConfigError, match="https"):
+        parse_config({"backends": [{**base, "url": "http://h/v1", "tls": {}}]}, "<test>")
+    with pytest.raises(ConfigError, match="cert_file and key_file"):
+        tls = {"cert_file": "/c.pem"}
+        parse_config({"backends": [{**base, "url": "https://h/v1", "tls": tls}]}, "<test>")
+    with pytest.raises(ConfigError, match="client_ca_file"):
+        listen = {"tls": {"cert_file": "c", "key_file": "k", "require_client_cert": True}}
+        parse_config({"backends": [{**base, "url": "https://h/v1"}], "listen": listen}, "<test>")
