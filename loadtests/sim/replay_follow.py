@@ -12,39 +12,70 @@ replay's router the recording's learned state, and the window after it is the co
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from loadtests.sim.loop import Simulation
-from loadtests.sim.replay_trace import ReplayTrace
+from loadtests.sim.replay_trace import Recorded, ReplayTrace
 from loadtests.sim.results import PolicyRun
 from loadtests.sim.scenario import Scenario
 from routing.pipeline.router import PipelineRouter
 from routing.types import Decision, FleetSnapshot, RequestProfile
 
+Key = tuple[str, int, float | None]  # backend, prompt tokens, predicted TTFT: one request
+
 
 class FollowRecorded:
-    """``inner`` follows ``routes[i]`` for the i-th decision while its arrival is before
-    ``until``; decisions come in arrival order, one per request (the simulation loop's)."""
+    """``inner`` follows ``recorded[i]`` for the i-th decision while its arrival (``at``, s
+    from the first) is before ``until``; decisions come in arrival order, one per request (the
+    simulation loop's). A followed request's first token teaches ``inner`` the *recorded* TTFT
+    and cached tokens, not the simulated ones: its learned offsets and rates are then the
+    recording router's, not what the simulated engines would have taught it."""
 
     def __init__(
-        self, inner: PipelineRouter, routes: Sequence[tuple[float, str | None]], until: float
+        self, inner: PipelineRouter, recorded: Sequence[tuple[float, Recorded | None]], until: float
     ) -> None:
         self.inner = inner
         self.name = inner.name
-        self._routes: Iterator[tuple[float, str | None]] = iter(routes)
+        self._recorded: Iterator[tuple[float, Recorded | None]] = iter(recorded)
         self._until = until
+        self._learn: dict[Key, Recorded] = {}
         self.followed = 0
-        # What the loop tells the router goes to ``inner`` unchanged (bound, not re-declared).
+        # What the loop tells the router at the end goes to ``inner`` unchanged.
         self.observe = inner.observe
-        self.observe_first_token = inner.observe_first_token
         self.release = inner.release
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
-        at, backend = next(self._routes, (now, None))
-        if backend is None or at >= self._until:
+        at, recorded = next(self._recorded, (now, None))
+        if recorded is None or recorded.backend is None or at >= self._until:
             return self.inner.decide(profile, fleet, now)
         self.followed += 1
-        return self.inner.follow(profile, fleet, now, backend)
+        decision = self.inner.follow(profile, fleet, now, recorded.backend)
+        chosen = decision.chosen
+        if chosen is not None and chosen.backend == recorded.backend and recorded.ttft_ms:
+            self._learn[(chosen.backend, profile.prompt_tokens, chosen.predicted_ttft_ms)] = (
+                recorded
+            )
+        return decision
+
+    def observe_first_token(
+        self,
+        backend: str,
+        at: float,
+        ttft_ms: float,
+        terms_ms: Mapping[str, float],
+        prompt_tokens: int = 0,
+        cached_tokens: int | None = None,
+        **rest: Any,
+    ) -> None:
+        recorded = self._learn.pop((backend, prompt_tokens, rest.get("predicted_ttft_ms")), None)
+        if recorded is not None and recorded.ttft_ms is not None:
+            ttft_ms = recorded.ttft_ms
+            if recorded.cached_tokens is not None:
+                cached_tokens = recorded.cached_tokens
+        self.inner.observe_first_token(
+            backend, at, ttft_ms, terms_ms, prompt_tokens, cached_tokens, **rest
+        )
 
 
 def replay_following(
@@ -55,11 +86,8 @@ def replay_following(
     or a trace without recorded routes is replayed as it is."""
     simulation = Simulation(scenario, trace, policy)
     first = trace.file.lines[0].t_s if trace.file.lines else 0.0
-    routes = [
-        (line.t_s - first, line.recorded.backend if line.recorded is not None else None)
-        for line in trace.file.lines
-    ]
+    recorded = [(line.t_s - first, line.recorded) for line in trace.file.lines]
     router = simulation.routers[0]
     if follow_s > 0 and isinstance(router, PipelineRouter) and len(simulation.routers) == 1:
-        simulation.routers[0] = FollowRecorded(router, routes, follow_s)
+        simulation.routers[0] = FollowRecorded(router, recorded, follow_s)
     return simulation.run()

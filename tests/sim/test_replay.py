@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -246,3 +247,37 @@ def test_meridian_sim_follows_the_recording_when_asked(
         r"replay predicted_ttft +164 requests: split off by at most ([0-9.]+) pp", out
     )
     assert found is not None and float(found.group(1)) <= 5.0
+
+
+def test_a_followed_request_teaches_the_router_its_recorded_first_token_time() -> None:
+    """While following, the router learns the recorded TTFT, not the simulated one: a
+    recording whose us-east answers took a second more makes the replay avoid us-east after
+    the window; the same routes with their own times do not."""
+    recorded = read_trace(
+        Path("loadtests/traces/bench-three-region-predicted_ttft-warm.trace.jsonl")
+    )
+    fleet = replay_fleet(FLEET, Path("loadtests/traces/three-region-priced.yaml"), None, 40.0)
+    assert not isinstance(fleet, str)
+    slow = "us-east-dedicated"
+    lines = tuple(
+        dataclasses.replace(
+            line,
+            recorded=dataclasses.replace(
+                line.recorded, ttft_ms=(line.recorded.ttft_ms or 0) + 1000
+            ),
+        )
+        if line.recorded is not None and line.recorded.backend == slow
+        else line
+        for line in recorded.lines
+    )
+    shares = []
+    for trace_file in (recorded, dataclasses.replace(recorded, lines=lines)):
+        trace = ReplayTrace(trace_file, fleet.scenario.regions, fleet.gateway_region)
+        run = replay_following(fleet.scenario, trace, "predicted_ttft", 10.0)
+        after = [
+            i for i, line in enumerate(trace_file.lines)
+            if 10.0 <= line.t_s - trace_file.lines[0].t_s < 15.0
+        ]  # fmt: skip
+        chosen = [run.backends[run.results.backend[i]].name for i in after]
+        shares.append(chosen.count(slow) / len(chosen))
+    assert shares[0] > 0.7 and shares[1] < 0.2
