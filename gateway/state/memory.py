@@ -29,6 +29,7 @@ class _Lease:
 # Refilled buckets are dropped when a new one would pass this many (the workers of one host
 # share quota buckets here: one per key and tenant and dimension).
 _BUCKETS_BEFORE_SWEEP = 10_000
+_EXPIRE_EVERY_S = 1.0
 
 
 @dataclass(slots=True)
@@ -51,6 +52,7 @@ class MemoryStore:
         self._leases: dict[str, _Lease] = {}
         self._buckets: dict[str, _Bucket] = {}
         self._sweep_buckets_at = _BUCKETS_BEFORE_SWEEP
+        self._expired_at = float("-inf")  # wall time of the last pass over leases and buckets
         self._subscribers: set[asyncio.Queue[WriteBatch]] = set()
 
     @property
@@ -89,6 +91,9 @@ class MemoryStore:
             for backend in [b for b, r in records.items() if now - r.at > ttl_s]:
                 del records[backend]
         wall = self._wall()  # leases and buckets are timed by this store's clock
+        if wall - self._expired_at < _EXPIRE_EVERY_S:
+            return  # N workers pull every refresh: one pass over the buckets a second is plenty
+        self._expired_at = wall
         for name in [n for n, lease in self._leases.items() if lease.expires_at <= wall]:
             del self._leases[name]
         for name in [n for n, bucket in self._buckets.items() if bucket.full_at <= wall]:

@@ -69,6 +69,9 @@ async def test_a_refilled_bucket_is_dropped_and_starts_full_again() -> None:
     wall.now += 1.5
     await store.pull(0.0, wall.now)
     assert store.held()["token_buckets"] == 1  # 1.5 of 2 back: the bucket still matters
+    wall.now += 0.5  # refilled now, but the last pass over the buckets was 0.5 s ago
+    await store.pull(0.0, wall.now)
+    assert store.held()["token_buckets"] == 1  # one pass a second, however many pulls
     wall.now += 0.5
     await store.pull(0.0, wall.now)
     assert store.held()["token_buckets"] == 0
