@@ -39,7 +39,9 @@ def parsed(name: str, engine: Engine) -> EngineSignals:
         ("llamacpp-b4000.prom", Engine.LLAMACPP, 2, 1, 0.63, None),
         # prompt_tokens_total excludes the cached tokens: 250 of 750 + 250
         ("llamacpp-b7000.prom", Engine.LLAMACPP, 2, 1, None, 250 / 1000),
-        # recorded from a running llama-server (scripts/capture_llamacpp_metrics.sh)
+        # recorded from running servers (scripts/capture_*_metrics.sh)
+        ("vllm-0.32.0-cpu-busy.prom", Engine.VLLM, 1, 1, 0.0004884004884004867, 512 / 1297),
+        ("vllm-0.32.0-cpu-idle.prom", Engine.VLLM, 0, 0, 0.0, 640 / 1501),
         ("llamacpp-0c1e570-busy.prom", Engine.LLAMACPP, 1, 1, None, 134 / (134 + 86)),
         ("llamacpp-0c1e570-idle.prom", Engine.LLAMACPP, 0, 0, None, 152 / (152 + 87)),
     ],
@@ -62,6 +64,8 @@ def test_every_recorded_page_yields_its_engines_signals(
         ("llamacpp-b7000.prom", Engine.LLAMACPP),
         ("llamacpp-0c1e570-busy.prom", Engine.LLAMACPP),
         ("llamacpp-0c1e570-idle.prom", Engine.LLAMACPP),
+        ("vllm-0.32.0-cpu-busy.prom", Engine.VLLM),
+        ("vllm-0.32.0-cpu-idle.prom", Engine.VLLM),
     ],
 )
 def test_current_releases_carry_everything_expected(name: str, engine: Engine) -> None:
@@ -138,3 +142,13 @@ def test_recorded_llamacpp_pages_give_the_hit_rate_between_scrapes() -> None:
     )
     assert isinstance(idle, EngineSignals)
     assert idle.prefix_cache_hit_rate == pytest.approx(18 / 19)
+
+
+def test_recorded_vllm_pages_give_the_hit_rate_between_scrapes() -> None:
+    # busy -> idle on the running server: 204 more prompt tokens queried, 128 of them hits
+    busy = parsed("vllm-0.32.0-cpu-busy.prom", Engine.VLLM)
+    idle = parse_engine_page(
+        page("vllm-0.32.0-cpu-idle.prom"), Engine.VLLM, as_of=2.0, previous=busy
+    )
+    assert isinstance(idle, EngineSignals)
+    assert idle.prefix_cache_hit_rate == pytest.approx(128 / 204)
