@@ -10,13 +10,19 @@ changed, as the gateway's SignalHub builds them). Every policy is timed in the s
 ratios are against round-robin's cost for the same work, so the table survives a slower machine.
 
     .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--backends 100 1000]
-        [--policies predicted_ttft round_robin] [--out loadtests/results]
+        [--policies predicted_ttft predicted_ttft:generic round_robin] [--out loadtests/results]
+
+``POLICY:generic`` times the same policy forced through the generic pipeline
+(``PipelineRouter._decide``), so a fused path is measured against it in the same run. ``cpu``
+columns are the thread's CPU time per call (what the decision costs, without the time a busy
+machine kept the process waiting).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import random
 import statistics
@@ -96,15 +102,21 @@ def _warm(
             router.observe(Observation(chosen.backend, NOW - 60 + i * 0.01, ok=True))
 
 
-def _time(run: Callable[[], Any], after: Callable[[Any], None], iterations: int) -> list[float]:
-    samples: list[float] = []
-    clock = time.perf_counter_ns
+def _time(
+    run: Callable[[], Any], after: Callable[[Any], None], iterations: int
+) -> tuple[list[float], list[float]]:
+    """Wall and CPU (this thread's) microseconds per call: on a shared machine the wall clock
+    also counts the time the process waited for a core, the CPU clock only the work."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     for _ in range(iterations):
-        start = clock()
+        start, start_cpu = clock(), cpu_clock()
         result = run()
-        samples.append((clock() - start) / 1_000.0)
+        cpu.append((cpu_clock() - start_cpu) / 1_000.0)
+        wall.append((clock() - start) / 1_000.0)
         after(result)
-    return samples
+    return wall, cpu
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:
@@ -137,17 +149,20 @@ def _case(
     systems = [_text(rng, 4_000) for _ in range(SYSTEM_PROMPTS)]
     params: Mapping[str, Any] = (
         {"block_tokens": block_tokens}
-        if policy in {"predicted_ttft", "cache_aware", "llm_d"}
+        if policy.removesuffix(GENERIC) in {"predicted_ttft", "cache_aware", "llm_d"}
         else {}
     )
-    router = build_router(policy, params, seed)
+    router = build_router(policy.removesuffix(GENERIC), params, seed)
     _warm(router, fleet, systems, rng, block_tokens)
+    decide = router.decide
+    if policy.endswith(GENERIC):  # the same router, always through the generic pipeline
+        decide = functools.partial(router._decide, commit=True)
     body = _body(systems[3], _text(rng, 12_000))  # ~4,000 tokens in all
     snapshots = _Churn(fleet)
 
     def run() -> Any:
         profile = profile_from_chat(body, "tenant-a", block_tokens=block_tokens)
-        decision = router.decide(profile, snapshots.fleet, NOW)
+        decision = decide(profile, snapshots.fleet, NOW)
         chosen = decision.chosen
         if chosen is not None:  # what the gateway reads: terms to learn from, p90 to hedge
             _ = (chosen.terms_ms, chosen.predicted_ttft_p90_ms)
@@ -160,8 +175,13 @@ def _case(
             snapshots.advance()
 
     _time(run, after, 200)
-    p50, p99 = _percentiles(_time(run, after, iterations))
-    return {"p50_us": p50, "p99_us": p99}
+    return _summary(*_time(run, after, iterations))
+
+
+def _summary(wall: list[float], cpu: list[float]) -> dict[str, float]:
+    p50, p99 = _percentiles(wall)
+    cpu_p50, cpu_p99 = _percentiles(cpu)
+    return {"p50_us": p50, "p99_us": p99, "cpu_p50_us": cpu_p50, "cpu_p99_us": cpu_p99}
 
 
 def _hash_only(block_tokens: int, iterations: int, seed: int) -> dict[str, float]:
@@ -173,10 +193,10 @@ def _hash_only(block_tokens: int, iterations: int, seed: int) -> dict[str, float
         lambda _: None,
         iterations,
     )
-    p50, p99 = _percentiles(samples)
-    return {"p50_us": p50, "p99_us": p99}
+    return _summary(*samples)
 
 
+GENERIC = ":generic"  # suffix: the policy's router, forced through PipelineRouter._decide
 ALL_POLICIES = (
     "round_robin", "predicted_ttft", "least_loaded", "latency_ewma", "cache_aware", "llm_d",
 )  # fmt: skip
@@ -214,15 +234,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows
         if r["case"] == "round_robin"
     }
-    head = f"{'case':<16}{'block':>6}{'backends':>9}{'snapshots':>10}{'p50 us':>9}{'p99 us':>9}"
-    print(head + f"{'p50/rr':>8}")
+    head = f"{'case':<24}{'block':>6}{'backends':>9}{'snapshots':>10}{'p50 us':>9}{'p99 us':>9}"
+    print(head + f"{'p50/rr':>8}{'cpu p50':>9}{'cpu p99':>9}")
     for row in rows:
         base = baseline.get((row["block_tokens"], row["backends"], row["snapshots"]))
         row["p50_vs_round_robin"] = row["p50_us"] / base if base else None
         ratio = "" if base is None else f"{row['p50_vs_round_robin']:.2f}"
         print(
-            f"{row['case']:<16}{row['block_tokens']:>6}{row['backends']:>9}{row['snapshots']:>10}"
+            f"{row['case']:<24}{row['block_tokens']:>6}{row['backends']:>9}{row['snapshots']:>10}"
             f"{row['p50_us']:>9.1f}{row['p99_us']:>9.1f}{ratio:>8}"
+            f"{row['cpu_p50_us']:>9.1f}{row['cpu_p99_us']:>9.1f}"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "bench_routing.json"

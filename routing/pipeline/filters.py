@@ -242,21 +242,29 @@ def _split(
     return filters[:lead], filters[lead:], tuple(f.name for f in filters[:lead])
 
 
+def static_verdict(
+    filters: Sequence[Filter], ctx: FilterContext
+) -> tuple[Mask, tuple[Rejection, ...], int]:
+    """The leading static filters' mask, rejections and kept count, once per snapshot layout
+    and static key (``FleetView.remember``)."""
+    static, _, names = _split(tuple(filters))
+    key = ("static-filters", names, tuple([f.static_key(ctx.profile) for f in static]))
+
+    def run_static() -> tuple[Mask, tuple[Rejection, ...], int]:
+        found: list[Rejection] = []
+        mask = _run(static, ctx, np.ones(len(ctx.view), np.bool_), found)
+        return mask, tuple(found), int(np.count_nonzero(mask))
+
+    cached = ctx.view.remember(key, run_static)
+    assert isinstance(cached, tuple)
+    return cached
+
+
 def apply_filters(
     filters: Sequence[Filter], ctx: FilterContext
 ) -> tuple[Rows, tuple[Rejection, ...]]:
     """Rows that pass every filter, and a rejection (first failing filter) for each other."""
-    static, dynamic, names = _split(tuple(filters))
-    key = ("static-filters", names, tuple([f.static_key(ctx.profile) for f in static]))
-
-    def run_static() -> tuple[Mask, tuple[Rejection, ...]]:
-        found: list[Rejection] = []
-        mask = _run(static, ctx, np.ones(len(ctx.view), np.bool_), found)
-        return mask, tuple(found)
-
-    cached = ctx.view.remember(key, run_static)
-    assert isinstance(cached, tuple)
-    alive: Mask = cached[0]
-    rejected: list[Rejection] = list(cached[1])
-    alive = _run(dynamic, ctx, alive, rejected)
+    alive, static_rejected, _ = static_verdict(filters, ctx)
+    rejected: list[Rejection] = list(static_rejected)
+    alive = _run(_split(tuple(filters))[1], ctx, alive, rejected)
     return np.flatnonzero(alive), tuple(rejected)

@@ -18,10 +18,12 @@ from routing.keep_warm import keep_warm_credit
 from routing.learned_columns import LearnedColumns
 from routing.learner import LearnerParams, OnlineLearner
 from routing.load import LoadColumns
+from routing.pipeline.filters import default_filters
 from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
-from routing.policies.params import CommonParams, assemble
+from routing.policies.fused_ttft import FusedTTFTRouter
+from routing.policies.params import CommonParams
 from routing.predictor import TERMS, PredictorParams, predict
 from routing.predictor_rows import RowTerms
 from routing.prefix_index import PrefixIndex, PurgeProgress, matching_chain
@@ -319,5 +321,12 @@ class PredictedTTFTScorer:
 
 
 def build(params: PredictedTTFTParams, rng_seed: int) -> PipelineRouter:
-    picker = MarginPicker(params.margin_ms, params.margin_rel)
-    return assemble("predicted_ttft", params, PredictedTTFTScorer(params), picker, rng_seed)
+    return FusedTTFTRouter(
+        "predicted_ttft",
+        default_filters(params.max_queue_ratio),
+        PredictedTTFTScorer(params),
+        MarginPicker(params.margin_ms, params.margin_rel),
+        rng_seed,
+        max_ranked=params.max_ranked,
+        inflight_ttl_s=params.inflight_ttl_s,
+    )
