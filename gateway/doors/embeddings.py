@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.doors.sse_door import serve
 from gateway.inbound import Endpoint
 
 
 async def create_embeddings(request: web.Request) -> web.StreamResponse:
-    from gateway.http_api import _completion
-
-    return await _completion(request, Endpoint.EMBEDDINGS)
+    return await serve(request, Endpoint.EMBEDDINGS)
 
 
 def add_routes(app: web.Application) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from gateway.doors.sse_door import serve
 from gateway.doors.wire import DoorWire, StreamCodec, public_model_renamer
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest
@@ -34,9 +35,7 @@ class ResponsesWire(DoorWire):
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
-    from gateway.http_api import _completion
-
-    return await _completion(request, Endpoint.RESPONSES, ResponsesWire())
+    return await serve(request, Endpoint.RESPONSES, ResponsesWire())
 
 
 def add_routes(app: web.Application) -> None:

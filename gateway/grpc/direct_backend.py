@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.grpc.backend import (
+from gateway.lifecycle.seam import (
     BackendEvent,
     BackendRequest,
     ModelEntry,

@@ -21,10 +21,10 @@ import grpc
 from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gateway.grpc.backend import InferenceBackend
 from gateway.grpc.reflection_v1 import enable_reflection
 from gateway.grpc.servicer import InferenceServicer, ServicerLimits
 from gateway.grpc.strict_decode import add_inference_servicer
+from gateway.lifecycle.seam import InferenceBackend
 from proto.meridian.v1 import inference_pb2 as pb
 
 log = logging.getLogger("meridian.grpc")

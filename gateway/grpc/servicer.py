@@ -20,15 +20,6 @@ from typing import Any, TypeVar
 import grpc
 
 from gateway.errors import ApiError
-from gateway.grpc.backend import (
-    BackendRequest,
-    InferenceBackend,
-    RpcKind,
-    StreamChunk,
-    StreamEnded,
-    StreamFailed,
-    StreamOpened,
-)
 from gateway.grpc.chunk_convert import (
     MalformedChunk,
     chat_chunk_from_json,
@@ -47,6 +38,15 @@ from gateway.grpc.request_convert import (
     completion_request_to_body,
 )
 from gateway.grpc.status_map import failure_for_error
+from gateway.lifecycle.seam import (
+    BackendRequest,
+    InferenceBackend,
+    RpcKind,
+    StreamChunk,
+    StreamEnded,
+    StreamFailed,
+    StreamOpened,
+)
 from proto.meridian.v1 import inference_pb2 as pb
 from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
 

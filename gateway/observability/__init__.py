@@ -11,7 +11,7 @@ Hooks, and the files a new signal touches:
 - ``gateway/relay.py`` — :class:`~gateway.observability.record.RequestRecord` filled at the
   core's seams; the observer told at entry (``enter``), first token (``opened``), an open
   that failed (``open_failed``) and the end (``finished``).
-- doors (``gateway/http_api.py``, ``gateway/grpc/relay_backend.py``) — only requests refused
+- doors (``gateway/lifecycle/core.py`` for every door) — only requests refused
   before the core saw them (``observer.rejected``), the error kind of a broken stream, and the
   ``traceresponse`` header.
 - ``gateway/app.py`` — the fleet-status collector and the status routes.

@@ -9,11 +9,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from gateway.grpc.backend import BackendEvent, BackendRequest, ModelEntry
 from gateway.grpc.client import inference_stub
 from gateway.grpc.convert import decode_status_details, retry_delay_s
 from gateway.grpc.server import GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits, peer_address
+from gateway.lifecycle.seam import BackendEvent, BackendRequest, ModelEntry
 from loadtests.emulator.config import FaultConfig
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import MODEL, chat, grpc_rig, wait_until

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.doors.grammar import MESSAGES
 from gateway.doors.messages.translate import ChatToMessages, event, message_from_chat
+from gateway.doors.sse_door import serve
 from gateway.doors.wire import DoorWire, StreamCodec, public_model_renamer
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest
@@ -77,9 +78,7 @@ class MessagesWire(DoorWire):
 
 
 async def create_message(request: web.Request) -> web.StreamResponse:
-    from gateway.http_api import _completion
-
-    return await _completion(request, Endpoint.MESSAGES, MessagesWire())
+    return await serve(request, Endpoint.MESSAGES, MessagesWire())
 
 
 def add_routes(app: web.Application) -> None:

@@ -1,0 +1,261 @@
+"""Every HTTP door's runner: one request through the relay core, answered as SSE or one body.
+
+A door passes its :class:`~gateway.doors.wire.DoorWire` (error shape, whole body, stream
+events); everything else is here and in the door-neutral core (:mod:`gateway.lifecycle.core`).
+Headers wait for the first token: until then a failure can still move to another backend
+without the client noticing. Then ``Server-Timing`` and ``X-Meridian-Route`` go out with the
+buffered first events, every later event is written as it arrives, and the last thing before
+the terminal event is an SSE comment carrying the end-of-stream timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import orjson
+from aiohttp import web
+
+from gateway.auth.authenticator import authorize
+from gateway.auth.wiring import principal_of
+from gateway.chain.hop import HOP_HEADERS
+from gateway.door.policy import DOOR, body_too_slow
+from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
+from gateway.errors import ApiError
+from gateway.impossible import ImpossibleState, internal_error
+from gateway.inbound import Endpoint, InboundRequest, request_id_from
+from gateway.lifecycle.core import Arrival, Exchange, accept, forward_headers, refused
+from gateway.quota.limiter import QUOTAS
+from gateway.relay import Relay
+from gateway.signals.outlier import FailureKind
+from gateway.sse import comment
+from gateway.sse_writer import ClientTooSlow, SseWriter
+from gateway.state_keys import RELAY
+from gateway.stream import OpenedStream, StreamBroken
+from gateway.timing import TimingEntry, render
+
+TIMING_COMMENT_PREFIX = "meridian-timing "
+_CLIENT_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+
+
+def _passed_through(request: web.Request) -> dict[str, str]:
+    headers = {}
+    for name in HOP_HEADERS:  # gateway/chain/hop.py replaces them with this hop's
+        value = request.headers.get(name)
+        if value:
+            headers[name] = value
+    return headers
+
+
+def _response_headers(request_id: str, opened: OpenedStream) -> dict[str, str]:
+    headers = {
+        "X-Request-Id": request_id,
+        "X-Meridian-Route": opened.route.header(),
+        "Server-Timing": render(opened.entries),
+    }
+    if opened.hop is not None:  # W3C Trace Context level 2: this hop's span, for the client
+        headers["traceresponse"] = opened.hop.trace.traceparent()
+    return headers
+
+
+async def _read_body(request: web.Request) -> bytes:
+    limit = request.app[RELAY].config.limits.max_body_bytes
+    too_large = ApiError(
+        413,
+        f"request body is larger than the {limit}-byte limit",
+        "invalid_request_error",
+        "request_too_large",
+    )
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    try:
+        async with asyncio.timeout(request.app[RELAY].config.door.body_timeout_s):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
+    except TimeoutError:
+        request.app[DOOR].metrics.timeouts.labels("body").inc()
+        raise body_too_slow(request.app[RELAY].config.door.body_timeout_s) from None
+
+
+async def serve(
+    request: web.Request, endpoint: Endpoint, wire: DoorWire = OPENAI_WIRE
+) -> web.StreamResponse:
+    received_at = time.perf_counter()
+    relay = request.app[RELAY]
+    quotas = request.app[QUOTAS]
+    request_id = request_id_from(request.headers.get("X-Request-Id"))
+    writer: SseWriter | None = None
+    inbound: InboundRequest | None = None
+    try:
+        principal = principal_of(request)
+        arrival = Arrival(
+            "http",
+            endpoint,
+            await _read_body(request),
+            request_id,
+            principal.tenant,  # from the key (gateway/auth), never a client header
+            received_at,
+            peer=request.remote,
+            forwarded_for=request.headers.getall("X-Forwarded-For", None),
+            headers=request.headers,
+            key_id=principal.key_id,
+            forward=_passed_through(request),
+        )
+
+        def check(parsed: InboundRequest) -> None:
+            authorize(principal, parsed.model)  # 403: scope or model not allowed for this key
+            quotas.admit(principal.key_id, principal.tenant, parsed.profile.prompt_tokens)  # 429
+
+        inbound = accept(relay, arrival, check)
+        forward = forward_headers(arrival, inbound)
+        if inbound.stream and relay.config.streams.early_headers != "never":
+            writer = SseWriter(request, relay.config.streams)
+            opened = await _open_keeping_alive(relay, inbound, forward, writer, request_id)
+        else:
+            opened = await relay.open(inbound, forward)
+    except (ApiError, ImpossibleState) as exc:
+        error = exc if isinstance(exc, ApiError) else internal_error(request_id, "http", exc)
+        refused(relay, "http", endpoint, request_id, received_at, inbound, error)
+        if writer is not None and (response := writer.response) is not None:
+            return await _error_after_headers(writer, response, wire.stream_error(error))
+        return wire.error_response(error, {"X-Request-Id": request_id})
+
+    exchange = Exchange(relay, arrival, inbound, opened)
+    try:
+        if not inbound.stream:
+            exchange.completed()
+            return _whole_body(
+                request_id, opened, wire.whole_body(inbound, opened, opened.body or b"")
+            )
+        writer = writer or SseWriter(request, relay.config.streams)
+        await _relay_stream(request, writer, request_id, exchange, wire.codec(inbound, opened))
+        return writer.response or _client_left()
+    except ImpossibleState as exc:
+        exchange.internal()
+        error = internal_error(request_id, "http", exc)
+        if writer is not None and (response := writer.response) is not None:
+            return await _error_after_headers(writer, response, wire.stream_error(error))
+        return wire.error_response(error, {"X-Request-Id": request_id})
+    finally:
+        exchange.close()
+        quotas.charge(principal.key_id, principal.tenant, opened.output_tokens())
+
+
+async def _open_keeping_alive(
+    relay: Relay,
+    inbound: InboundRequest,
+    forward: dict[str, str],
+    writer: SseWriter,
+    request_id: str,
+) -> OpenedStream:
+    """Open while sending SSE comment keepalives; the headers go out early (operator's choice)."""
+    streams = relay.config.streams
+    task = asyncio.ensure_future(relay.open(inbound, forward))
+    headers = {"X-Request-Id": request_id}
+    try:
+        if streams.early_headers == "always":
+            await writer.start(headers, flush=True)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=streams.keepalive_s)
+            if done:
+                return task.result()
+            if not writer.started:
+                await writer.start(headers, flush=True)
+            await writer.keepalive()
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ApiError):
+                await task
+        elif not task.cancelled() and task.exception() is None:
+            relay.finish(inbound, task.result(), time.perf_counter(), FailureKind.CANCELLED)
+        raise
+
+
+def _client_left() -> web.Response:
+    """What a handler returns when the client left before the headers: never sent (aiohttp
+    drops it quietly on the closed connection); 499 in the access log, as nginx writes it."""
+    return web.Response(status=499)
+
+
+async def _error_after_headers(
+    writer: SseWriter, response: web.StreamResponse, event: bytes
+) -> web.StreamResponse:
+    """Every attempt failed after early headers committed a 200: the error is an event."""
+    with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow, ImpossibleState):
+        await writer.write(event)
+        await response.write_eof()
+    return response
+
+
+def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> web.Response:
+    if opened.body is None:
+        raise ImpossibleState("a non-streaming exchange without its body")
+    now = time.perf_counter()
+    try:
+        usage = orjson.loads(opened.body).get("usage")
+        if isinstance(usage, dict):
+            opened.usage = usage
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    summary = opened.summary(now)
+    headers = _response_headers(request_id, opened)
+    headers["Server-Timing"] += ", " + TimingEntry("e2e", summary["e2e_ms"]).render()
+    headers["X-Meridian-Timing"] = orjson.dumps(summary).decode()
+    return web.Response(
+        status=200,
+        body=body,
+        headers=headers,
+        content_type=opened.response.content_type or "application/json",
+    )
+
+
+async def _relay_stream(
+    request: web.Request,
+    writer: SseWriter,
+    request_id: str,
+    exchange: Exchange,
+    codec: StreamCodec,
+) -> None:
+    """Write the stream; tells ``exchange`` how it ended (it stays cancelled if the client
+    went away)."""
+    opened = exchange.opened
+    safety = request.app[RELAY].safety
+    writer.track_upstream(opened.buffered_bytes)
+    safety.stream_started(writer)
+    try:
+        if writer.started:  # early headers: the route is known only now
+            await writer.write(comment("meridian-route " + opened.route.header()))
+        else:
+            await writer.start(_response_headers(request_id, opened))
+        async for batch in opened.all_batches():  # one upstream read -> one write
+            parts: list[bytes] = []
+            for event in batch:
+                if event is opened.ended_by:  # [DONE], response.completed, message_stop
+                    parts.append(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+                    parts.append(codec.encode(event))
+                    await writer.end(b"".join(parts))
+                    exchange.completed()
+                    return
+                parts.append(codec.encode(event))
+            if out := b"".join(parts):
+                await writer.write(out)
+        raise StreamBroken("upstream_truncated", "upstream stream ended without its last event")
+    except StreamBroken as broken:
+        exchange.broke(broken)
+        with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow):
+            await writer.write(codec.error_event(broken.error))
+            await writer.write(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
+    except ClientTooSlow as slow:
+        exchange.client_too_slow(slow)
+        writer.abort()
+    except _CLIENT_GONE:
+        pass  # the exchange stays cancelled: the client went away
+    finally:
+        safety.stream_ended(writer)
+
+
+def _summary_json(opened: OpenedStream) -> str:
+    return orjson.dumps(opened.summary(time.perf_counter())).decode()
