@@ -101,6 +101,10 @@ async def test_a_loose_objective_goes_to_the_cheaper_region(
     assert "class=batch chosen=eu-west" in objective.desc and "expected cost" in objective.desc
     assert timing["slo.eu-west"].desc is not None and "meets" in timing["slo.eu-west"].desc
     assert timing["slo.us-east"].desc is not None and "cost=" in timing["slo.us-east"].desc
+    for backend in ("eu-west", "us-east"):  # dur = that candidate's predicted p90 TTFT
+        entry = timing[f"slo.{backend}"]
+        assert entry.dur_ms is not None and entry.dur_ms > 0
+    assert timing["slo.eu-west"].dur_ms > timing["slo.us-east"].dur_ms  # 120 ms farther
     spend = {"tenant": "nightly", "model": MODEL, "backend": "eu-west"}
     assert await _counted(running, "meridian_spend_total", spend) > 0
     met = {"class": "batch", "outcome": "met"}
@@ -149,6 +153,10 @@ async def test_explain_shows_the_objective_and_every_cost(
     assert report["chosen"] == "eu-west"
     costs = {c["backend"]: c["expected_cost"] for c in report["candidates"]}
     assert 0 < costs["eu-west"] < costs["us-east"]
+    for candidate in report["candidates"]:  # every candidate's p90 beside its mean
+        assert candidate["predicted_ttft_p90_ms"] >= candidate["predicted_ttft_ms"] > 0
+    why = {c["backend"]: c["why"] for c in report["candidates"]}
+    assert why["eu-west"] and why["us-east"] and why["eu-west"] != why["us-east"]
 
 
 def test_objective_classes_must_exist() -> None:
