@@ -12,6 +12,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from gateway.auth.tls import backend_context
 from gateway.config import BackendConfig, GatewayConfig
 from gateway.signals.geo import ClientGeo, RegionLocation
 from gateway.signals.hub import SignalHub, SignalsConfig
@@ -50,6 +51,7 @@ def _target(backend: BackendConfig) -> BackendTarget:
         keep_warm=backend.keep_warm,
         headers=headers,
         rtt=backend.rtt,
+        tls=backend_context(backend.name, backend.tls),
     )
 
 

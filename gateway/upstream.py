@@ -11,7 +11,6 @@ was received, so the request is resent once on a fresh connection, invisibly to 
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,8 +19,8 @@ from types import SimpleNamespace
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from gateway.auth.tls import client_context
-from gateway.config import BackendConfig, ConfigError, TimeoutsConfig
+from gateway.auth.tls import backend_context
+from gateway.config import BackendConfig, TimeoutsConfig
 
 # Errors that mean "the pooled connection was dead", not "the backend failed".
 _STALE_CONNECTION_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
@@ -70,16 +69,6 @@ def _trace_config() -> aiohttp.TraceConfig:
     return trace
 
 
-def _tls_context(backend: BackendConfig) -> ssl.SSLContext | bool:
-    """``backends[].tls`` (CA, client certificate), or True: aiohttp's default verification."""
-    if backend.tls is None:
-        return True
-    try:
-        return client_context(backend.tls)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"backends.{backend.name}.tls: {exc}") from None
-
-
 class UpstreamClient:
     """Sends requests to one backend over its own connection pool.
 
@@ -98,7 +87,7 @@ class UpstreamClient:
         """``resolver``: backend host names to pinned addresses (gateway/pinning)."""
         self.backend = backend
         self._resolver = resolver
-        self._ssl = _tls_context(backend)
+        self._ssl = backend_context(backend.name, backend.tls)
         self.base_url = backend.base_url()
         self._api_key = backend.api_key.resolve() if backend.api_key is not None else None
         self._timeouts = timeouts

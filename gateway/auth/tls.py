@@ -96,6 +96,19 @@ def server_context(config: ListenTlsConfig) -> ssl.SSLContext:
     return context
 
 
+def backend_context(name: str, config: HopTlsConfig | None) -> ssl.SSLContext | bool:
+    """``backends[].tls`` for every connection to that backend (relay, probes, scrapes,
+    summary polls); True: aiohttp's default verification. ``ConfigError`` on bad files."""
+    if config is None:
+        return True
+    try:
+        return client_context(config)
+    except (OSError, ssl.SSLError) as exc:
+        from gateway.config_base import ConfigError
+
+        raise ConfigError(f"backends.{name}.tls: {exc}") from None
+
+
 def listener_context(config: ListenTlsConfig | None) -> ssl.SSLContext | None:
     """``listen.tls`` as a server context (None: plain HTTP); ``ConfigError`` on bad files."""
     if config is None:

@@ -125,7 +125,8 @@ class SummaryPoller:
             async with asyncio.timeout(self._config.timeout_s):
                 url = target.url(SUMMARY_PATH)
                 params = {"via": self.own_id}
-                async with session.get(url, params=params, headers=dict(target.headers)) as resp:
+                headers = dict(target.headers)
+                async with session.get(url, params=params, headers=headers, ssl=target.tls) as resp:
                     if resp.status != 200:
                         return SignalError(
                             SignalErrorKind.HTTP_STATUS,

@@ -163,7 +163,10 @@ class EngineMetricsScraper:
         timeout = aiohttp.ClientTimeout(total=self._config.timeout_s)
         try:
             async with session.get(
-                target.url(self._config.path), headers=dict(target.headers), timeout=timeout
+                target.url(self._config.path),
+                headers=dict(target.headers),
+                timeout=timeout,
+                ssl=target.tls,
             ) as response:
                 if response.status != 200:
                     return SignalError(

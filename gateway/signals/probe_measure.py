@@ -15,6 +15,7 @@ A pooled request that had to open a connection anyway is not a pooled sample and
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -70,7 +71,11 @@ class TimedRequest:
 
 
 async def timed_get(
-    session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout_s: float
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    timeout_s: float,
+    tls: ssl.SSLContext | bool = True,
 ) -> TimedRequest | SignalError:
     """GET ``url`` and read the (bounded) body, timing the whole and any connection set-up."""
     timer = _ConnectTimer()
@@ -81,6 +86,7 @@ async def timed_get(
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
             trace_request_ctx=timer,
+            ssl=tls,
         ) as response:
             body = await read_bounded(response, MAX_PROBE_BODY_BYTES)
             if isinstance(body, SignalError):
@@ -129,6 +135,7 @@ async def timed_canary(
     headers: dict[str, str],
     body: bytes,
     timeout_s: float,
+    tls: ssl.SSLContext | bool = True,
 ) -> float | SignalError:
     """Stream a 1-token generation; return the time to its first token in ms."""
     started = time.perf_counter()
@@ -139,6 +146,7 @@ async def timed_canary(
             data=body,
             headers={**headers, "Content-Type": "application/json"},
             timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ssl=tls,
         ) as response:
             if response.status != 200:
                 message = f"canary answered HTTP {response.status}"

@@ -253,10 +253,11 @@ class Prober:
         pooled_session, fresh_session = self._open_sessions()
         url, headers = target.url(self._config.path), dict(target.headers)
         async with self._semaphore:
-            pooled = await timed_get(pooled_session, url, headers, self._config.timeout_s)
+            timeout_s = self._config.timeout_s
+            pooled = await timed_get(pooled_session, url, headers, timeout_s, target.tls)
             fresh: TimedRequest | SignalError | None = None
             if self._config.measure_fresh and not isinstance(pooled, SignalError):
-                fresh = await timed_get(fresh_session, url, headers, self._config.timeout_s)
+                fresh = await timed_get(fresh_session, url, headers, timeout_s, target.tls)
         return self._record_probe(target.name, pooled, fresh)
 
     def _record_probe(
@@ -316,6 +317,7 @@ class Prober:
                 dict(target.headers),
                 canary_body(model, canary.prompt),
                 canary.timeout_s,
+                target.tls,
             )
         now = self._clock()
         self._on_traffic(target.name, now)  # a canary is traffic: it keeps the backend warm

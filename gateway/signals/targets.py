@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,6 +37,9 @@ class BackendTarget:
     canary_model: str | None = None  # default: the alphabetically first model in the spec
     headers: Mapping[str, str] = field(default_factory=dict)
     rtt: RttPolicy = field(default_factory=RttPolicy)  # what routing takes as its RTT
+    # backends[].tls (its CA, a client certificate), as the relay's connections use it; True:
+    # aiohttp's default verification.
+    tls: ssl.SSLContext | bool = True
 
     @property
     def name(self) -> str:

@@ -16,8 +16,9 @@ import aiohttp
 import pytest
 
 from gateway.config import ConfigError, parse_config
+from gateway.state_keys import RELAY
 from tests.gateway.support import config_for
-from tests.security.auth_support import CHAT, MODEL, issue, recording_backend
+from tests.security.auth_support import CHAT, MODEL, issue, recording_backend, until
 from tests.servers import GatewayFactory, gateways
 
 _EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2")
@@ -76,8 +77,8 @@ def _upstream(downstream_url: str, tls: dict[str, str], client_key: dict[str, An
             "timeouts": {"first_token_s": 5.0},
             "auth": {"keys": [client_key]},
             "chain": {"id": "gw-a"},
-            # Only the relay reaches B here (probes and scrapes do not speak TLS to it yet).
-            "signals": {"probes": {"enabled": False}, "engine_metrics": {"enabled": False}},
+            # Probes and summary polls reach B with the same TLS settings as the relay.
+            "signals": {"probes": {"interval_s": 0.2, "jitter": 0.1}},
         },
         "<test>",
     )
@@ -106,6 +107,9 @@ async def test_a_hop_over_mtls_carries_the_tenant_and_an_unverified_one_is_refus
         claims_evil = {**client.headers, "X-Meridian-Tenant": "evil"}
         assert await _post(upstream.url, claims_evil) == 200
         assert recorder.tenants == ["acme"]  # the key's tenant, believed from the certificate
+        probes = upstream.app[RELAY].fleet.prober
+        await until(lambda: probes.summaries()["gw-b"].probes_total >= 2)
+        assert probes.summaries()["gw-b"].failures_total == 0  # verified B, B knew A
 
         rogue_cert, rogue_key = pki["rogue"]
         for tls in (
