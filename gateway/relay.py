@@ -49,7 +49,7 @@ from gateway.timing import TimingEntry, insert_after
 from gateway.upstream import UpstreamPool
 from gateway.walk import CandidateWalk, walk_hedged, walk_in_turn
 from routing.reservation import decide
-from routing.types import FirstTokenObserver, Observation, PolicyRouter, RequestProfile
+from routing.types import FirstToken, FirstTokenObserver, Observation, PolicyRouter, RequestProfile
 
 log = logging.getLogger("meridian.relay")
 
@@ -254,12 +254,14 @@ class Relay:
         if not isinstance(router, FirstTokenObserver) or opened.upstream_ttfb_ms is None:
             return
         router.observe_first_token(
-            opened.route.backend,
-            time.monotonic(),
-            opened.upstream_ttfb_ms,
-            opened.predicted_terms_ms,
-            inbound.profile.prompt_tokens,
-            predicted_ttft_ms=opened.route.predicted_ttft_ms,
+            FirstToken(
+                opened.route.backend,
+                time.monotonic(),
+                opened.upstream_ttfb_ms,
+                opened.predicted_terms_ms,
+                inbound.profile.prompt_tokens,
+                predicted_ttft_ms=opened.route.predicted_ttft_ms,
+            )
         )
         opened.first_token_observed = True
 

@@ -190,6 +190,39 @@ class Observation:
     first_token_observed: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    """A routed request's first token reached the gateway at ``at``, ``ttft_ms`` after the
+    request arrived: what routing learns then (``FirstTokenObserver.observe_first_token``)."""
+
+    backend: str
+    at: float
+    ttft_ms: float
+    # The chosen ``Candidate.terms_ms``: lets the learner tell which term was wrong.
+    predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None
+    predicted_ttft_ms: float | None = None
+    queue_wait_ms: float | None = None  # when the backend reports it (Server-Timing)
+    cold_start: bool | None = None  # when the backend says this request hit a cold start
+
+    def observation(self) -> Observation:
+        """The same, as the learner reads an outcome (marked as learned at the first token)."""
+        return Observation(
+            self.backend,
+            self.at,
+            ok=True,
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            ttft_ms=self.ttft_ms,
+            predicted_ttft_ms=self.predicted_ttft_ms,
+            predicted_terms_ms=self.predicted_terms_ms,
+            queue_wait_ms=self.queue_wait_ms,
+            cold_start=self.cold_start,
+            first_token_observed=True,
+        )
+
+
 class Router(Protocol):
     """A routing policy. ``decide`` must be pure given its inputs and the router's own state."""
 
@@ -207,19 +240,7 @@ class FirstTokenObserver(Protocol):
     with ``Observation.first_token_observed=True`` (which releases in flight, records the
     prefix and learns ITL, without learning the TTFT twice)."""
 
-    def observe_first_token(
-        self,
-        backend: str,
-        at: float,
-        ttft_ms: float,
-        predicted_terms_ms: Mapping[str, float],
-        prompt_tokens: int = 0,
-        cached_tokens: int | None = None,
-        *,
-        predicted_ttft_ms: float | None = None,
-        queue_wait_ms: float | None = None,
-        cold_start: bool | None = None,
-    ) -> None: ...
+    def observe_first_token(self, first: FirstToken) -> None: ...
 
 
 class PolicyRouter(Router, Protocol):

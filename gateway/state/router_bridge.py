@@ -27,6 +27,7 @@ from gateway.state.sync import SharedStateSync
 from routing.prefix_index import PurgeProgress
 from routing.types import (
     Decision,
+    FirstToken,
     FirstTokenObserver,
     FleetSnapshot,
     Observation,
@@ -92,31 +93,9 @@ class SharedPrefixRouter:
         purger = purger_of(self.inner)
         return purger.purge_step(now, max_scan) if purger else PurgeProgress(0, 0, True, 0)
 
-    def observe_first_token(
-        self,
-        backend: str,
-        at: float,
-        ttft_ms: float,
-        predicted_terms_ms: Mapping[str, float],
-        prompt_tokens: int = 0,
-        cached_tokens: int | None = None,
-        *,
-        predicted_ttft_ms: float | None = None,
-        queue_wait_ms: float | None = None,
-        cold_start: bool | None = None,
-    ) -> None:
+    def observe_first_token(self, first: FirstToken) -> None:
         if isinstance(self.inner, FirstTokenObserver):
-            self.inner.observe_first_token(
-                backend,
-                at,
-                ttft_ms,
-                predicted_terms_ms,
-                prompt_tokens,
-                cached_tokens,
-                predicted_ttft_ms=predicted_ttft_ms,
-                queue_wait_ms=queue_wait_ms,
-                cold_start=cold_start,
-            )
+            self.inner.observe_first_token(first)
 
     def observe(self, observation: Observation) -> None:
         self.inner.observe(observation)

@@ -23,7 +23,14 @@ from loadtests.sim.trace import Trace, TraceRequest
 from routing.deadline import unmeetable
 from routing.pipeline.router import PipelineRouter
 from routing.policies import build_router
-from routing.types import Decision, FirstTokenObserver, Observation, RequestProfile, Router
+from routing.types import (
+    Decision,
+    FirstToken,
+    FirstTokenObserver,
+    Observation,
+    RequestProfile,
+    Router,
+)
 
 ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
 REJECT_SUFFIX = "+reject"
@@ -246,12 +253,12 @@ class Simulation:
         router = self.routers[state.request.gateway]
         if isinstance(router, FirstTokenObserver):
             request = state.request
-            router.observe_first_token(
+            router.observe_first_token(FirstToken(
                 self.backends[state.backend].name, now,
                 1000.0 * (state.first_at + state.one_way_s - request.at),
                 state.terms_ms, request.prompt_tokens, state.cached,
                 predicted_ttft_ms=state.predicted_ms,
-            )  # fmt: skip
+            ))  # fmt: skip
             state.first_seen = True
 
     def _return(self, now: float, i: int) -> None:

@@ -12,15 +12,15 @@ replay's router the recording's learned state, and the window after it is the co
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from loadtests.sim.loop import Simulation
 from loadtests.sim.replay_trace import Recorded, ReplayTrace
 from loadtests.sim.results import PolicyRun
 from loadtests.sim.scenario import Scenario
 from routing.pipeline.router import PipelineRouter
-from routing.types import Decision, FleetSnapshot, RequestProfile
+from routing.types import Decision, FirstToken, FleetSnapshot, RequestProfile
 
 Key = tuple[str, int, float | None]  # backend, prompt tokens, predicted TTFT: one request
 
@@ -58,24 +58,15 @@ class FollowRecorded:
             )
         return decision
 
-    def observe_first_token(
-        self,
-        backend: str,
-        at: float,
-        ttft_ms: float,
-        terms_ms: Mapping[str, float],
-        prompt_tokens: int = 0,
-        cached_tokens: int | None = None,
-        **rest: Any,
-    ) -> None:
-        recorded = self._learn.pop((backend, prompt_tokens, rest.get("predicted_ttft_ms")), None)
+    def observe_first_token(self, first: FirstToken) -> None:
+        key = (first.backend, first.prompt_tokens, first.predicted_ttft_ms)
+        recorded = self._learn.pop(key, None)
         if recorded is not None and recorded.ttft_ms is not None:
-            ttft_ms = recorded.ttft_ms
+            cached = first.cached_tokens
             if recorded.cached_tokens is not None:
-                cached_tokens = recorded.cached_tokens
-        self.inner.observe_first_token(
-            backend, at, ttft_ms, terms_ms, prompt_tokens, cached_tokens, **rest
-        )
+                cached = recorded.cached_tokens
+            first = replace(first, ttft_ms=recorded.ttft_ms, cached_tokens=cached)
+        self.inner.observe_first_token(first)
 
 
 def replay_following(

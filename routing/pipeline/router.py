@@ -25,7 +25,7 @@ from routing.pipeline.scoring import (
     Scorer,
 )
 from routing.prefix_index import PurgeProgress
-from routing.types import Decision, FleetSnapshot, Observation, RequestProfile
+from routing.types import Decision, FirstToken, FleetSnapshot, Observation, RequestProfile
 
 
 class PipelineRouter:
@@ -73,35 +73,14 @@ class PipelineRouter:
         self.load.release(observation.backend, observation.at)
         self.scorer.observe(observation)
 
-    def observe_first_token(
-        self,
-        backend: str,
-        at: float,
-        ttft_ms: float,
-        predicted_terms_ms: Mapping[str, float],
-        prompt_tokens: int = 0,
-        cached_tokens: int | None = None,
-        *,
-        predicted_ttft_ms: float | None = None,
-        queue_wait_ms: float | None = None,
-        cold_start: bool | None = None,
-    ) -> None:
-        """The first token of a request routed to ``backend`` reached the gateway at ``at``,
-        ``ttft_ms`` after the request arrived; ``predicted_terms_ms`` is the chosen
-        ``Candidate.terms_ms``. Learns the TTFT model now; the request stays in flight until
-        ``observe`` (pass ``first_token_observed=True`` there) or ``release``."""
-        if at > self._latest:
-            self._latest = at
+    def observe_first_token(self, first: FirstToken) -> None:
+        """A request routed to ``first.backend`` produced its first token: learns the TTFT
+        model now; the request stays in flight until ``observe`` (pass
+        ``first_token_observed=True`` there) or ``release``."""
+        if first.at > self._latest:
+            self._latest = first.at
         if isinstance(self.scorer, FirstTokenLearner):
-            self.scorer.observe_first_token(
-                Observation(
-                    backend, at, ok=True, prompt_tokens=prompt_tokens,
-                    cached_tokens=cached_tokens, ttft_ms=ttft_ms,
-                    predicted_ttft_ms=predicted_ttft_ms, predicted_terms_ms=predicted_terms_ms,
-                    queue_wait_ms=queue_wait_ms, cold_start=cold_start,
-                    first_token_observed=True,
-                )
-            )  # fmt: skip
+            self.scorer.observe_first_token(first.observation())
 
     def observe_canary(
         self,
@@ -130,8 +109,10 @@ class PipelineRouter:
         if chosen is None or chosen.predicted_ttft_ms is None:
             return False
         self.observe_first_token(
-            backend, at, ttft_ms, chosen.terms_ms, prompt_tokens, 0,
-            predicted_ttft_ms=chosen.predicted_ttft_ms, cold_start=cold_start,
+            FirstToken(
+                backend, at, ttft_ms, chosen.terms_ms, prompt_tokens, 0,
+                predicted_ttft_ms=chosen.predicted_ttft_ms, cold_start=cold_start,
+            )
         )  # fmt: skip
         return True
 

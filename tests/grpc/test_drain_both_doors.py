@@ -4,7 +4,7 @@ stay as they were (the ending is classified once, in gateway/lifecycle/outcome.p
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -24,6 +24,7 @@ from loadtests.emulator.config import EmulatedBackendConfig
 from loadtests.emulator.server import start_emulated_backend
 from routing.types import (
     Decision,
+    FirstToken,
     FirstTokenObserver,
     FleetSnapshot,
     Observation,
@@ -55,12 +56,10 @@ class RecordingRouter:
         self.observed.append(observation)
         self.inner.observe(observation)
 
-    def observe_first_token(
-        self, backend: str, at: float, ttft_ms: float, terms: Mapping[str, float], *a: Any, **k: Any
-    ) -> None:
-        self.first_tokens.append(backend)
+    def observe_first_token(self, first: FirstToken) -> None:
+        self.first_tokens.append(first.backend)
         if isinstance(self.inner, FirstTokenObserver):
-            self.inner.observe_first_token(backend, at, ttft_ms, terms, *a, **k)
+            self.inner.observe_first_token(first)
 
     def reserve(self, backend: str, now: float) -> None:
         self.inner.reserve(backend, now)

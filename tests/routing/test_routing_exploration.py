@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from routing.policies import build_router
-from routing.types import Observation, RequestProfile
+from routing.types import FirstToken, Observation, RequestProfile
 from tests.routing.routing_fixtures import fleet, profile, state
 
 STEP_S = 0.05  # 20 requests a second, one at a time
@@ -32,8 +32,8 @@ def _run(
         chosen = decision.ranked[0]
         rtt = 5.0 if chosen.backend == "near" else 50.0
         ttft = rtt + 10.0 + (extra_ms(now) if chosen.backend == "near" else 0.0)
-        router.observe_first_token(chosen.backend, now, ttft, chosen.terms_ms,
-            predicted_ttft_ms=chosen.predicted_ttft_ms)  # fmt: skip
+        router.observe_first_token(FirstToken(chosen.backend, now, ttft, chosen.terms_ms,
+            predicted_ttft_ms=chosen.predicted_ttft_ms))  # fmt: skip
         router.observe(Observation(chosen.backend, now, ok=True, ttft_ms=ttft,
             first_token_observed=True))  # fmt: skip
         log.append((now, chosen.backend, decision.explored))

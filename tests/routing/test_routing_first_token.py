@@ -7,7 +7,7 @@ import math
 from routing.learner import OnlineLearner
 from routing.pipeline.router import PipelineRouter
 from routing.policies import build_router
-from routing.types import BackendKind, FirstTokenObserver, FleetSnapshot, Observation
+from routing.types import BackendKind, FirstToken, FirstTokenObserver, FleetSnapshot, Observation
 from tests.routing.routing_fixtures import fleet, profile, spec, state
 
 TERMS = {"rtt": 1.0, "queue": 0.0, "prefill": 100.0, "step": 0.0, "first_token_overhead": 0.0}
@@ -23,7 +23,9 @@ def _prefill_rate(router: PipelineRouter, backend: str) -> float | None:
 
 
 def _first_token(router: PipelineRouter, at: float, ttft_ms: float) -> None:
-    router.observe_first_token("a", at, ttft_ms, TERMS, 1000, 0, predicted_ttft_ms=101.0)
+    router.observe_first_token(
+        FirstToken("a", at, ttft_ms, TERMS, 1000, 0, predicted_ttft_ms=101.0)
+    )
 
 
 def test_first_token_teaches_the_ttft_model_and_keeps_the_request_in_flight() -> None:

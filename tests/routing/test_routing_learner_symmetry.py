@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from routing.learner import BackendEstimate, LearnerParams, OnlineLearner
 from routing.policies import build_router
-from routing.types import Observation
+from routing.types import FirstToken, Observation
 from tests.routing.routing_fixtures import fleet, profile, spec, state
 
 CONFIG = spec("a")  # 10k tok/s prefill, 10 ms first-token overhead
@@ -230,8 +230,8 @@ def test_a_jump_the_probes_already_saw_is_not_learned_again_as_an_offset() -> No
     in_flight = [router.decide(prof, before, 0.1 * i).ranked[0] for i in range(3)]
     router.decide(prof, after, 1.0)  # the probe saw it: the prediction follows
     for i, chosen in enumerate(in_flight):
-        router.observe_first_token("a", 1.1 + i, chosen.terms_ms["rtt"] + 400.0 + 20.0,
-            chosen.terms_ms, predicted_ttft_ms=chosen.predicted_ttft_ms)  # fmt: skip
+        router.observe_first_token(FirstToken("a", 1.1 + i, chosen.terms_ms["rtt"] + 400.0 + 20.0,
+            chosen.terms_ms, predicted_ttft_ms=chosen.predicted_ttft_ms))  # fmt: skip
     shown = router.explain(prof, after, 2.0).ranked[0]
     assert abs(shown.terms_ms["bias"]) < 20.0 and shown.terms_ms["rtt"] == RTT + 400.0
 
@@ -246,8 +246,9 @@ def test_a_step_the_probes_later_see_leaves_the_learned_offset() -> None:
     fast = fleet(state("a", rtt_ms=RTT, running=0, waiting=0, as_of=0.0))
     for i in range(3):
         chosen = router.decide(prof, fast, 0.1 * i).ranked[0]
-        router.observe_first_token("a", 0.1 * i + 0.05, (chosen.predicted_ttft_ms or 0.0) + 400.0,
-            chosen.terms_ms, predicted_ttft_ms=chosen.predicted_ttft_ms)  # fmt: skip
+        router.observe_first_token(FirstToken("a", 0.1 * i + 0.05,
+            (chosen.predicted_ttft_ms or 0.0) + 400.0,
+            chosen.terms_ms, predicted_ttft_ms=chosen.predicted_ttft_ms))  # fmt: skip
     assert router.explain(prof, fast, 0.5).ranked[0].terms_ms["bias"] > 350.0
     router.decide(prof, fleet(state("b", rtt_ms=RTT)), 0.55)  # a fleet without "a": kept
     assert "a" in learner.shifted

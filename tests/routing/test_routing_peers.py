@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from routing.learner import LearnerParams, OnlineLearner
 from routing.policies import build_router
-from routing.types import Observation
+from routing.types import FirstToken, Observation
 from tests.routing.routing_fixtures import fleet, profile, spec, state
 
 TERMS = {"rtt": 1.0, "queue": 0.0, "prefill": 100.0, "step": 0.0, "first_token_overhead": 0.0}
@@ -19,7 +19,7 @@ def _prefill_terms(peer_weight: float) -> tuple[float, float, float]:
     )
     router.decide(profile(prompt_tokens=1000), snapshot, 1.0)
     for k in range(20):
-        router.observe_first_token("a", 1.0 + k, 301.0, TERMS, 1000, 0)
+        router.observe_first_token(FirstToken("a", 1.0 + k, 301.0, TERMS, 1000, 0))
     ranked = router.explain(profile(prompt_tokens=1000), snapshot, 30.0).ranked
     prefill = {c.backend: c.terms_ms["prefill"] for c in ranked}
     return prefill["a"], prefill["b"], prefill["c"]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from loadtests.sim.loop import Simulation
 from loadtests.sim.trace import build_trace
 from routing.pipeline.router import PipelineRouter
-from routing.types import Decision, FleetSnapshot, Observation, RequestProfile
+from routing.types import Decision, FirstToken, FleetSnapshot, Observation, RequestProfile
 from tests.sim.conftest import build, tiny
 
 
@@ -27,24 +25,9 @@ class Recording:
         self.ends.append(observation)
         self.inner.observe(observation)
 
-    def observe_first_token(
-        self,
-        backend: str,
-        at: float,
-        ttft_ms: float,
-        predicted_terms_ms: Mapping[str, float],
-        prompt_tokens: int = 0,
-        cached_tokens: int | None = None,
-        *,
-        predicted_ttft_ms: float | None = None,
-        queue_wait_ms: float | None = None,
-        cold_start: bool | None = None,
-    ) -> None:
-        self.first.append((backend, at, ttft_ms))
-        self.inner.observe_first_token(
-            backend, at, ttft_ms, predicted_terms_ms, prompt_tokens, cached_tokens,
-            predicted_ttft_ms=predicted_ttft_ms,
-        )  # fmt: skip
+    def observe_first_token(self, first: FirstToken) -> None:
+        self.first.append((first.backend, first.at, first.ttft_ms))
+        self.inner.observe_first_token(first)
 
 
 def test_the_router_learns_each_ttft_at_its_first_token_and_not_again_at_the_end() -> None:
