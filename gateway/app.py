@@ -14,13 +14,13 @@ from gateway.auth.wiring import auth_gate, check_listener, install_auth, shared_
 from gateway.canary_learning import canary_learning_ctx
 from gateway.chain.summary import add_chain_routes
 from gateway.config import ConfigError, GatewayConfig
-from gateway.door.expect import guard_expect
-from gateway.door.policy import DOOR, DoorMetrics, DoorPolicy
-from gateway.door.protocol import DoorRunner
 from gateway.errors import ApiError
 from gateway.explain import add_explain_routes
 from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
+from gateway.http_socket.expect import guard_expect
+from gateway.http_socket.policy import DOOR, DoorMetrics, DoorPolicy
+from gateway.http_socket.protocol import DoorRunner
 from gateway.idle_sweep import idle_sweep_ctx
 from gateway.loop_health import loop_health_ctx
 from gateway.metrics import GatewayMetrics
@@ -211,7 +211,7 @@ async def start_gateway(
     # upstream request — the GPU stops generating for nobody.
     runner = DoorRunner(
         app,
-        door=app[DOOR],  # gateway/door: connection caps, header deadline
+        door=app[DOOR],  # gateway/http_socket: connection caps, header deadline
         handler_cancellation=True,
         access_log=None,
         keepalive_timeout=config.door.keepalive_timeout_s,

@@ -77,7 +77,7 @@ from gateway.config_policies import (
 from gateway.config_policies import (
     TimeoutsConfig as TimeoutsConfig,
 )
-from gateway.door.config import DoorConfig
+from gateway.http_socket.config import DoorConfig
 from gateway.model_names import check_aliases
 from gateway.objectives import ObjectivesConfig
 from gateway.observability.config import LoggingConfig, TracingConfig

@@ -20,9 +20,9 @@ from aiohttp import web
 from gateway.auth.authenticator import authorize
 from gateway.auth.wiring import principal_of
 from gateway.chain.hop import HOP_HEADERS
-from gateway.door.policy import DOOR, body_too_slow
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
+from gateway.http_socket.policy import DOOR, body_too_slow
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, request_id_from
 from gateway.lifecycle.core import Arrival, Exchange, accept, forward_headers, refused

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from gateway.app import RunningGateway
-from gateway.door.policy import DOOR
+from gateway.http_socket.policy import DOOR
 from gateway.state_keys import METRICS
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
 from tests.security.auth_support import until

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from gateway.door.policy import DoorPolicy
+from gateway.http_socket.policy import DoorPolicy
 
 log = logging.getLogger("meridian.door")
 

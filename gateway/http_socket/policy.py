@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gateway.door.config import DoorConfig
 from gateway.errors import ApiError
+from gateway.http_socket.config import DoorConfig
 
 log = logging.getLogger("meridian.door")
 _FD_RESERVE = 128

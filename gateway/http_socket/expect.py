@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 from aiohttp.web_urldispatcher import ResourceRoute
 
-from gateway.door.protocol import DoorRequestHandler
 from gateway.errors import ApiError
+from gateway.http_socket.protocol import DoorRequestHandler
 
 ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
