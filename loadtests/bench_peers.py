@@ -62,7 +62,7 @@ class PeerSide:
     cpu_us_per_event: float | None  # None: direct (no proxy)
 
 
-def _workload(concurrency: int, requests: int) -> dict[str, object]:
+def _workload(concurrency: int, requests: int, tokens: int = TOKENS) -> dict[str, object]:
     return {
         "name": f"peers-c{concurrency}",
         "seed": 11,
@@ -70,7 +70,7 @@ def _workload(concurrency: int, requests: int) -> dict[str, object]:
         "arrival": {"mode": "closed", "concurrency": concurrency},
         "limits": {"requests": requests},
         "request_timeout_s": 120,
-        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": TOKENS}],
+        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": tokens}],
     }
 
 
@@ -114,7 +114,9 @@ async def measure(args: argparse.Namespace) -> list[PeerSide]:
     ):
         sides = {"direct": (backend_url, 0), **peers}
         for concurrency in args.concurrency:
-            workload = parse_workload(_workload(concurrency, max(args.requests, concurrency * 4)))
+            workload = parse_workload(
+                _workload(concurrency, max(args.requests, concurrency * 4), args.tokens)
+            )
             options = BenchOptions(max_connections=concurrency)
             results: dict[str, list[BenchResult]] = {name: [] for name in sides}
             cpu: dict[str, float] = dict.fromkeys(sides, 0.0)
@@ -194,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--requests", type=int, default=200, help="per side per round")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=TOKENS,
+        help="output tokens per request; long streams leave per-event CPU, not per-request",
+    )
     parser.add_argument("--peers", nargs="+", default=["meridian", "litellm", "nginx"])
     parser.add_argument("--litellm-version", help="pip version of litellm[proxy] (default: latest)")
     parser.add_argument("--venvs", type=Path, default=DEFAULT_VENVS, help="where peer venvs live")
@@ -214,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     payload: dict[str, Any] = {
         "benchmark": "peers",
         "engine": ENGINE,
-        "output_tokens": TOKENS,
+        "output_tokens": args.tokens,
         "rows": [{**asdict(r), "side": dataclasses.asdict(r.side)} for r in rows],
     }
     write_results(args.out, "peers", payload)
