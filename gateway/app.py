@@ -79,11 +79,12 @@ def build_app(config: GatewayConfig, router: PolicyRouter | None = None) -> web.
     shared = SharedState.from_config(config, metrics.registry)
     # Pools, router and signal hub live in a RelayState that a reload rebuilds and swaps whole.
     pins = dns_pins(config.dns, lambda: relay.config.backends, metrics.registry)
+    resolver = pins.resolver if pins is not None else None
     builders = Builders(
-        hub=lambda cfg, registry: build_signal_hub(cfg, registry, shared.fleet),
+        hub=lambda cfg, registry: build_signal_hub(cfg, registry, shared.fleet, resolver),
         wrap_router=shared.wrap_router,
         seed_salt=shared.seed_salt(),
-        resolver=pins.resolver if pins is not None else None,
+        resolver=resolver,
     )
     relay = Relay(
         build_state(config, shared.wrap_router(router) if router else None, builders=builders),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from aiohttp.abc import AbstractResolver
 from prometheus_client import CollectorRegistry
 
 from gateway.auth.tls import backend_context
@@ -69,7 +70,10 @@ def _signals_config(config: GatewayConfig) -> SignalsConfig:
 
 
 def build_signal_hub(
-    config: GatewayConfig, registry: CollectorRegistry, shared: SharedFleet | None = None
+    config: GatewayConfig,
+    registry: CollectorRegistry,
+    shared: SharedFleet | None = None,
+    resolver: AbstractResolver | None = None,
 ) -> SignalHub:
     """The hub for ``config``; with ``shared`` (gateway/state/wiring.py) it routes as one with
     the other replicas: tier-wide in-flight counts, each backend probed by one replica."""
@@ -81,4 +85,5 @@ def build_signal_hub(
         registry=registry,
         shared=shared,
         chain=config.chain,
+        resolver=resolver,
     )

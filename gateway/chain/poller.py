@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from pydantic import ValidationError
 
 from gateway.chain.config import SummaryPollConfig
@@ -41,8 +42,10 @@ class SummaryPoller:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         on_change: Callable[[str], None] | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         self._targets = [t for t in targets if t.spec.kind is BackendKind.GATEWAY]
+        self._resolver = resolver  # pinned backend addresses (gateway/pinning)
         self._config = config
         self.own_id = own_id
         self._max_hops = max_hops
@@ -84,7 +87,8 @@ class SummaryPoller:
         if not self._targets or self._tasks.running:
             return
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self._config.timeout_s)
+            connector=aiohttp.TCPConnector(resolver=self._resolver),
+            timeout=aiohttp.ClientTimeout(total=self._config.timeout_s),
         )
         for target in self._targets:
             self._tasks.spawn(
@@ -119,7 +123,8 @@ class SummaryPoller:
         owned = session is None
         if session is None:
             session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._config.timeout_s)
+                connector=aiohttp.TCPConnector(resolver=self._resolver),
+                timeout=aiohttp.ClientTimeout(total=self._config.timeout_s),
             )
         try:
             async with asyncio.timeout(self._config.timeout_s):

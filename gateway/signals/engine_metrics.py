@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.signals.engine_signals import EngineSignals, is_scraped, parse_engine_page
@@ -85,8 +86,10 @@ class EngineMetricsScraper:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         observer: ScrapeObserver | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         self._targets = [t for t in targets if is_scraped(t.engine)]
+        self._resolver = resolver  # pinned backend addresses (gateway/pinning)
         self._config = config
         self._clock = clock
         self._rng = rng or random.Random()
@@ -117,7 +120,7 @@ class EngineMetricsScraper:
         if not self._config.enabled or not self._targets or self._tasks.running:
             return
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._config.concurrency)
+            connector=aiohttp.TCPConnector(limit=self._config.concurrency, resolver=self._resolver)
         )
         for target in self._targets:
             self._tasks.spawn(
@@ -159,7 +162,9 @@ class EngineMetricsScraper:
     async def _fetch(self, target: BackendTarget) -> bytes | SignalError:
         session = self._session
         if session is None:
-            session = self._session = aiohttp.ClientSession()
+            session = self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=self._resolver)
+            )
         timeout = aiohttp.ClientTimeout(total=self._config.timeout_s)
         try:
             async with session.get(

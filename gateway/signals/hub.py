@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from aiohttp.abc import AbstractResolver
 from prometheus_client import CollectorRegistry
 
 from gateway.chain.config import ChainConfig
@@ -65,7 +66,10 @@ class SignalHub(ProbeObserver):
         rng: random.Random | None = None,
         shared: SharedFleet | None = None,
         chain: ChainConfig | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
+        """``resolver``: backend host names to their pinned addresses (gateway/pinning), for
+        every probe, scrape and summary poll."""
         self._targets = {t.name: t for t in targets}
         self.chain = chain = chain or ChainConfig()
         self.gateway_id = chain.gateway_id(gateway_region)
@@ -90,6 +94,7 @@ class SignalHub(ProbeObserver):
             on_traffic=self._note_traffic,
             observer=self,
             should_probe=shared.leads if shared is not None else _always,
+            resolver=resolver,
         )
         self.scraper = LeaderScraper(
             targets,
@@ -98,6 +103,7 @@ class SignalHub(ProbeObserver):
             rng=self._rng,
             observer=self,
             leads=shared.leads if shared is not None else _always,
+            resolver=resolver,
         )
         # Every replica polls its gateway-kind backends itself (gateway/chain/poller.py).
         self.summaries = SummaryPoller(
@@ -108,6 +114,7 @@ class SignalHub(ProbeObserver):
             clock=clock,
             rng=self._rng,
             on_change=self._dirty_backend,
+            resolver=resolver,
         )
         self.geo = GeoLocator(config.geo, rng=self._rng)
         self._tasks = TaskOwner()

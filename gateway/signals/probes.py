@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
@@ -169,8 +170,10 @@ class Prober:
         on_traffic: Callable[[str, float], None] = lambda _backend, _at: None,
         observer: ProbeObserver | None = None,
         should_probe: Callable[[str], bool] = lambda _backend: True,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         self._targets = list(targets)
+        self._resolver = resolver  # pinned backend addresses (gateway/pinning)
         # Asked before every scheduled probe and canary: with shared state only the replica
         # holding a backend's lease measures it (direct probe_once/canary_once calls always run).
         self._should_probe = should_probe
@@ -242,9 +245,11 @@ class Prober:
     def _open_sessions(self) -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
         if self._pooled is None or self._fresh is None:
             tracing = [connect_tracing()]
-            self._pooled = aiohttp.ClientSession(trace_configs=tracing)
+            pooled = aiohttp.TCPConnector(resolver=self._resolver)
+            self._pooled = aiohttp.ClientSession(connector=pooled, trace_configs=tracing)
             self._fresh = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True), trace_configs=tracing
+                connector=aiohttp.TCPConnector(force_close=True, resolver=self._resolver),
+                trace_configs=tracing,
             )
         return self._pooled, self._fresh
 

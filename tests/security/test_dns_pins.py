@@ -21,9 +21,9 @@ from gateway.pinning.config import DnsConfig
 from gateway.pinning.pins import DnsPins, PinRefused
 from gateway.pinning.policy import judge
 from gateway.pinning.wiring import DNS_PINS
-from gateway.state_keys import METRICS
+from gateway.state_keys import METRICS, RELAY
 from tests.gateway.support import FAST_ENGINE
-from tests.security.auth_support import CHAT, MODEL
+from tests.security.auth_support import CHAT, MODEL, until
 from tests.servers import emulators
 
 
@@ -90,8 +90,8 @@ def _config(port: int, host: str = "backend.test") -> dict[str, Any]:
             {"name": "b1", "region": "local", "url": f"http://{host}:{port}/v1", "models": [MODEL]}
         ],
         "timeouts": {"first_token_s": 5.0},
-        # Only the relay connects to the backend here: nothing else may ask the system's DNS.
-        "signals": {"probes": {"enabled": False}, "engine_metrics": {"enabled": False}},
+        # Probes and scrapes connect through the pins too: nothing asks the system's DNS.
+        "signals": {"probes": {"interval_s": 0.1, "jitter": 0.1}},
         "dns": {"refresh_s": 3600},  # refreshed by the test, when it says so
     }
 
@@ -123,6 +123,9 @@ async def test_connections_use_the_pin_and_a_rebinding_answer_is_refused(
                     async with session.post(running.url + "/v1/chat/completions", json=CHAT) as r:
                         assert r.status == 200
             assert backend.stats.requests == 3
+            probes = running.app[RELAY].fleet.prober
+            await until(lambda: probes.summaries()["b1"].probes_total >= 2)
+            assert probes.summaries()["b1"].failures_total == 0  # probes reached it by the pin
             assert hosts.lookups == resolved_at_start  # no DNS on the request path
 
             hosts.hosts["backend.test"] = ["169.254.169.254"]
