@@ -1,6 +1,6 @@
 """Meridian in front of one real engine: the doors, the gRPC RPCs and the engine scrape.
 
-    python -m loadtests.real_engine_check --url http://127.0.0.1:18420 --engine vllm \
+    python scripts/real_engine_check.py --url http://127.0.0.1:18420 --engine vllm \
         --model tiny [--apis chat,completions]
 
 For a server started by ``scripts/capture_llamacpp_metrics.sh`` / ``capture_vllm_cpu_metrics.sh``
@@ -10,7 +10,8 @@ public name ``public-model`` (``model_ids`` maps it to ``--model``), then: three
 ``--apis``), the gRPC ``Messages`` RPC, the gRPC ``Embeddings`` RPC (answered, or NOT_FOUND when
 ``embeddings`` is not in ``--apis``), and two engine scrapes; it prints what it saw and exits 1
 when anything is off (a stream without content, a missing engine signal, a scrape error). A
-manual check, not a test: CI has no engine to run it against.
+manual check, not a test: CI has no engine to run it against (it lives in scripts/, not
+loadtests/, because it needs the dev extra's openai and anthropic SDKs).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ async def check(url: str, engine: str, model: str, apis: list[str]) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.real_engine_check")
+    parser = argparse.ArgumentParser(prog="scripts/real_engine_check.py")
     parser.add_argument("--url", required=True, help="the engine's base URL (loopback)")
     parser.add_argument("--engine", required=True, choices=["vllm", "sglang", "tgi", "llamacpp"])
     parser.add_argument("--model", required=True, help="the engine's own model id")
