@@ -30,7 +30,7 @@ from gateway.relay_state import ClassPolicy, RelayState
 from gateway.scrub import connect_words, scrub, status_words
 from gateway.signals.outlier import FailureKind
 from gateway.sse import SseSplitter
-from gateway.stream import OpenedStream, RouteInfo, is_malformed
+from gateway.stream import OpenedStream, RouteInfo, UpstreamExchange, is_malformed
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming
 from routing.reservation import Reservation
@@ -115,18 +115,14 @@ async def run_attempt(
             route = RouteInfo(
                 name, spec.region, spec.kind.value, attempt, candidate.predicted_ttft_ms
             )
-            opened = OpenedStream(
-                spec,
-                route,
+            exchange = UpstreamExchange(
                 response,
                 StreamStats(started_at=ctx.inbound.received_at),
-                [],
+                call.grammar,
                 inter_token_s=ctx.policy.inter_token_s,
-                state=state,
-                grammar=call.grammar,
-                upstream_hold=hold,
             )
-            failure = await _read_first(opened, ctx.inbound.stream)
+            opened = OpenedStream(spec, route, exchange, [], state=state, upstream_hold=hold)
+            failure = await _read_first(exchange, name, ctx.inbound.stream)
             if failure is not None:
                 return failed(ctx, hold, failure, response)
     except TimeoutError:
@@ -157,7 +153,7 @@ def _record_first_token(
     name = candidate.backend
     opened.upstream_ttfb_ms = (time.perf_counter() - sent_at) * 1000.0
     opened.predicted_terms_ms = candidate.terms_ms
-    upstream_hop = parse(opened.response.headers.get("Server-Timing", ""))
+    upstream_hop = parse(opened.exchange.response.headers.get("Server-Timing", ""))
     opened.entries.extend(
         [
             TimingEntry("upstream_connect", timing.connect_ms),
@@ -168,33 +164,32 @@ def _record_first_token(
     ctx.metrics.upstream_attempts.labels(name, "ok").inc()
 
 
-async def _read_first(opened: OpenedStream, stream: bool) -> AttemptFailure | None:
+async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> AttemptFailure | None:
     """Read until the first token (streaming) or the whole body; None when it came."""
-    name = opened.route.backend
     if not stream:
-        opened.body = await opened.response.read()
-        opened.stats.on_token_event(time.perf_counter())
+        exchange.body = await exchange.response.read()
+        exchange.stats.on_token_event(time.perf_counter())
         return None
     splitter = SseSplitter()
-    opened.splitter = splitter
+    exchange.splitter = splitter
     while True:
-        chunk = await opened.response.content.readany()
-        opened.consumed += len(chunk)
+        chunk = await exchange.response.content.readany()
+        exchange.consumed += len(chunk)
         try:
             events = splitter.feed(chunk) if chunk else splitter.flush()
         except ValueError as exc:
             return AttemptFailure(name, "malformed", str(exc))
         for event in events:
-            carries, obj = opened.grammar.parse(event)
+            carries, obj = exchange.grammar.parse(event)
             if is_malformed(event, obj):
                 return AttemptFailure(name, "malformed", "non-JSON data event before first token")
-            error = opened.grammar.error(obj) if obj is not None else None
+            error = exchange.grammar.error(obj) if obj is not None else None
             if error is not None:
                 log.warning("backend=%s error event: %s", name, scrub(str(error)))
                 return AttemptFailure(name, "error_event", "backend sent an error event")
-            opened.note(event, obj, carries)
-            opened.first_events.append(event)
-        if opened.stats.first_token_at is not None or opened.saw_done:
+            exchange.note(event, obj, carries)
+            exchange.first_events.append(event)
+        if exchange.stats.first_token_at is not None or exchange.saw_done:
             return None
         if not chunk:
             return AttemptFailure(name, "empty", "stream ended before the first token")

@@ -87,7 +87,7 @@ class DrainState:
         for timer in list(self._opening):
             timer.reschedule(now)
         for stream in list(self._streams.values()):
-            stream.abort("gateway_draining", "the gateway is shutting down; stream ended")
+            stream.exchange.abort("gateway_draining", "the gateway is shutting down; stream ended")
         return self.in_flight
 
 

@@ -215,13 +215,13 @@ class ObjectiveMetrics:
         self, inbound: InboundRequest, opened: OpenedStream, config: ObjectivesConfig
     ) -> None:
         profile = inbound.profile
-        stats = opened.stats
+        stats = opened.exchange.stats
         objective = profile.ttft_objective_ms
         if objective is not None and inbound.stream and stats.first_token_at is not None:
             ttft_ms = (stats.first_token_at - inbound.received_at) * 1000.0
             met = "met" if ttft_ms <= objective else "missed"
             self.attainment.labels(profile.objective_class, met).inc()
-        usage = opened.usage or {}
+        usage = opened.exchange.usage or {}
         prompt = usage.get("prompt_tokens")
         prompt_tokens = prompt if isinstance(prompt, int) else profile.prompt_tokens
         named = inbound.tenant in config.tenants or inbound.tenant == "default"
@@ -231,6 +231,6 @@ class ObjectiveMetrics:
             opened.spec.price,
             labels,
             prompt_tokens,
-            opened.cached_tokens() or 0,
-            opened.output_tokens(),
+            opened.exchange.cached_tokens() or 0,
+            opened.exchange.output_tokens(),
         )

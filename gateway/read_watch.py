@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 
 class ReadWatch:
-    """``expire(kind, message, status)`` ends the waiting read (``OpenedStream.abort``)."""
+    """``expire(kind, message, status)`` ends the waiting read (``UpstreamExchange.abort``)."""
 
     def __init__(
         self,

@@ -171,7 +171,7 @@ class Relay:
             raise
         opened, number = won
         record.winner = number
-        opened.held, opened.deadline = held, deadline
+        opened.held, opened.exchange.deadline = held, deadline
         held.streaming(opened)
         self._count_extra(walk)
         decision = walk.decision
@@ -316,15 +316,15 @@ def _observation(
     inbound: InboundRequest, opened: OpenedStream, failure: FailureKind | None
 ) -> Observation:
     """What routing learns from a request that ended with ``failure`` (None: it succeeded)."""
-    stats = opened.stats
+    stats = opened.exchange.stats
     mean_itl = sum(stats.gaps_ms) / len(stats.gaps_ms) if stats.gaps_ms else None
     return Observation(
         backend=opened.route.backend,
         at=time.monotonic(),
         ok=failure is None,
         prompt_tokens=inbound.profile.prompt_tokens,
-        cached_tokens=opened.cached_tokens(),
-        output_tokens=opened.output_tokens(),
+        cached_tokens=opened.exchange.cached_tokens(),
+        output_tokens=opened.exchange.output_tokens(),
         ttft_ms=opened.upstream_ttfb_ms if inbound.stream else None,
         itl_ms=mean_itl,
         predicted_ttft_ms=opened.route.predicted_ttft_ms,

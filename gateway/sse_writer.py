@@ -61,7 +61,7 @@ class SseWriter:
             self.request.writer.send_headers()
 
     def track_upstream(self, held: Callable[[], int]) -> None:
-        """Count what the upstream side holds too (``OpenedStream.buffered_bytes``)."""
+        """Count what the upstream side holds too (``UpstreamExchange.buffered_bytes``)."""
         self._upstream_held = held
 
     def held_now(self) -> int:

@@ -1,6 +1,8 @@
 """One upstream exchange after it produced its first token (or its whole non-streaming body).
 
-:class:`OpenedStream` owns the upstream response until :meth:`OpenedStream.close`; it yields the
+:class:`UpstreamExchange` (bytes, events, timing) owns the upstream response until
+:meth:`UpstreamExchange.close`; :class:`OpenedStream` is the request's bookkeeping around it
+(route, timing entries, predictions, what it holds). The exchange yields the
 remaining SSE events with the inter-token timeout and the request deadline applied, keeps the
 numbers the end-of-stream summary needs, and turns everything that can go wrong after the first
 token — the upstream breaking, stalling, sending malformed SSE or an error event, the deadline,
@@ -100,33 +102,25 @@ def event_carries_output(event: SseEvent) -> tuple[bool, dict[str, Any] | None]:
 
 
 @dataclass(slots=True)
-class OpenedStream:
-    spec: BackendSpec
-    route: RouteInfo
+class UpstreamExchange:
+    """One upstream response after its first token (or its whole non-streaming body): its
+    bytes, its events and their timing. It owns the response until :meth:`close`."""
+
     response: aiohttp.ClientResponse
     stats: StreamStats
-    entries: list[TimingEntry]  # this hop's timing up to the first token, hop entries included
+    grammar: Grammar = OPENAI  # the upstream's wire format (gateway/doors/grammar.py)
+    inter_token_s: float = 60.0
+    deadline: float | None = None  # perf_counter() time by which the whole request must end
     first_events: list[SseEvent] = field(default_factory=list)
     body: bytes | None = None  # a non-streaming response's whole body
     splitter: SseSplitter | None = None
-    inter_token_s: float = 60.0
-    deadline: float | None = None  # perf_counter() time by which the whole request must end
     usage: dict[str, Any] | None = None
-    upstream_ttfb_ms: float | None = None  # request sent -> first token: the backend's share
-    first_token_observed: bool = False  # routing already learned this request's TTFT
-    predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
     saw_done: bool = False
     finished: bool = False
-    state: RelayState | None = None  # the relay state the request started on
-    held: RequestHold | None = None  # active count, drain membership, admission: Relay.finish
-    upstream_hold: UpstreamHold | None = None  # the winning attempt's counts: Relay.finish
     consumed: int = 0  # upstream body bytes taken out of aiohttp's reader
-    hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
     downstream_hops: list[dict[str, Any]] = field(default_factory=list)  # next gateway's timing
     backend_timing: list[TimingEntry] = field(default_factory=list)  # the backend's own phases
-    grammar: Grammar = OPENAI  # the upstream's wire format (gateway/doors/grammar.py)
     ended_by: SseEvent | None = None  # the event that ended the stream ([DONE], message_stop)
-    record: RequestRecord | None = None  # what the request log, metrics and span report
     watch: ReadWatch | None = None  # the inter-token timer and deadline (gateway/read_watch.py)
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
@@ -258,36 +252,6 @@ class OpenedStream:
             return int(details["cached_tokens"])
         return None
 
-    def summary(self, now: float) -> dict[str, Any]:
-        """End-of-stream timing, the JSON carried by the final SSE comment line."""
-        p50, p99, worst = self.stats.itl_percentiles()
-        ttft = (
-            (self.stats.first_token_at - self.stats.started_at) * 1000.0
-            if self.stats.first_token_at is not None
-            else None
-        )
-        own = {
-            "backend": self.route.backend,
-            "region": self.route.region,
-            "attempts": self.route.attempts,
-            "ttft_ms": _round(ttft),
-            "itl_p50_ms": _round(p50),
-            "itl_p99_ms": _round(p99),
-            "itl_max_ms": _round(worst),
-            "output_tokens": self.output_tokens(),
-            "e2e_ms": _round((now - self.stats.started_at) * 1000.0),
-        }
-        if self.backend_timing:  # what the backend says its time went to, labelled as its hop
-            own["upstream_timing"] = {
-                entry.name: entry.dur_ms
-                for entry in label_hop(self.backend_timing, self.route.backend)
-                if entry.dur_ms is not None
-            }
-        downstream = self.downstream_hops
-        if self.body is not None:  # non-streaming: the next gateway's summary is a header
-            downstream = hops_from_header(self.response.headers.get(TIMING_HEADER))
-        return merge_summary(own, self.hop, downstream)
-
     def close(self) -> None:
         """Drop the upstream connection unless the exchange completed cleanly."""
         if self.watch is not None:
@@ -299,6 +263,60 @@ class OpenedStream:
             self.response.release()
         else:
             self.response.close()
+
+
+@dataclass(slots=True)
+class OpenedStream:
+    """A request's bookkeeping once an attempt produced its first token: where it went, its
+    timing entries up to then, what routing predicted and learned, what it holds; the
+    upstream :class:`UpstreamExchange` it relays is ``exchange``."""
+
+    spec: BackendSpec
+    route: RouteInfo
+    exchange: UpstreamExchange
+    entries: list[TimingEntry]  # this hop's timing up to the first token, hop entries included
+    upstream_ttfb_ms: float | None = None  # request sent -> first token: the backend's share
+    first_token_observed: bool = False  # routing already learned this request's TTFT
+    predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
+    state: RelayState | None = None  # the relay state the request started on
+    held: RequestHold | None = None  # active count, drain membership, admission: Relay.finish
+    upstream_hold: UpstreamHold | None = None  # the winning attempt's counts: Relay.finish
+    hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
+    record: RequestRecord | None = None  # what the request log, metrics and span report
+
+    def summary(self, now: float) -> dict[str, Any]:
+        """End-of-stream timing, the JSON carried by the final SSE comment line."""
+        x = self.exchange
+        p50, p99, worst = x.stats.itl_percentiles()
+        ttft = (
+            (x.stats.first_token_at - x.stats.started_at) * 1000.0
+            if x.stats.first_token_at is not None
+            else None
+        )
+        own = {
+            "backend": self.route.backend,
+            "region": self.route.region,
+            "attempts": self.route.attempts,
+            "ttft_ms": _round(ttft),
+            "itl_p50_ms": _round(p50),
+            "itl_p99_ms": _round(p99),
+            "itl_max_ms": _round(worst),
+            "output_tokens": x.output_tokens(),
+            "e2e_ms": _round((now - x.stats.started_at) * 1000.0),
+        }
+        if x.backend_timing:  # what the backend says its time went to, labelled as its hop
+            own["upstream_timing"] = {
+                entry.name: entry.dur_ms
+                for entry in label_hop(x.backend_timing, self.route.backend)
+                if entry.dur_ms is not None
+            }
+        downstream = x.downstream_hops
+        if x.body is not None:  # non-streaming: the next gateway's summary is a header
+            downstream = hops_from_header(x.response.headers.get(TIMING_HEADER))
+        return merge_summary(own, self.hop, downstream)
+
+    def close(self) -> None:
+        self.exchange.close()
 
 
 def _round(value: float | None) -> float | None:

@@ -1,4 +1,5 @@
-"""The relay's Python work per SSE event, alone: ``OpenedStream``'s reading, splitting, checking
+"""The relay's Python work per SSE event, alone: ``UpstreamExchange``'s (older checkouts:
+``OpenedStream``'s) reading, splitting, checking
 and batching of an upstream stream, without sockets (whose send()/recv() cost is the same for
 every version of this code). Each checkout runs in its own process, in the same run.
 
@@ -68,20 +69,27 @@ class _Response:
 
 
 async def _one(events: int, per_read: int) -> float:
+    from gateway import stream
     from gateway.sse import SseSplitter
-    from gateway.stream import OpenedStream, RouteInfo
     from gateway.timing import StreamStats
     from routing.types import BackendKind, BackendSpec
 
     response: Any = _Response(events, per_read)
-    opened = OpenedStream(
-        spec=BackendSpec("b", "r", BackendKind.DEDICATED, frozenset({"m"})),
-        route=RouteInfo("b", "r", "dedicated", 1),
-        response=response,
-        stats=StreamStats(started_at=time.perf_counter()),
-        entries=[],
-        splitter=SseSplitter(),
-    )
+    parts: dict[str, Any] = {
+        "response": response,
+        "stats": StreamStats(started_at=time.perf_counter()),
+        "splitter": SseSplitter(),
+    }
+    opened: Any
+    if hasattr(stream, "UpstreamExchange"):  # the upstream exchange is its own object
+        opened = stream.UpstreamExchange(**parts)
+    else:  # older checkouts: one OpenedStream
+        opened = stream.OpenedStream(
+            spec=BackendSpec("b", "r", BackendKind.DEDICATED, frozenset({"m"})),
+            route=stream.RouteInfo("b", "r", "dedicated", 1),
+            entries=[],
+            **parts,
+        )
     relayed = 0
     start = time.thread_time_ns()
     batches = getattr(opened, "all_batches", None)

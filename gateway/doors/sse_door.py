@@ -127,7 +127,7 @@ async def serve(
         if not inbound.stream:
             exchange.completed()
             return _whole_body(
-                request_id, opened, wire.whole_body(inbound, opened, opened.body or b"")
+                request_id, opened, wire.whole_body(inbound, opened, opened.exchange.body or b"")
             )
         writer = writer or SseWriter(request, relay.config.streams)
         await _relay_stream(request, writer, request_id, exchange, wire.codec(inbound, opened))
@@ -140,7 +140,7 @@ async def serve(
         return wire.error_response(error, {"X-Request-Id": request_id})
     finally:
         exchange.close()
-        quotas.charge(principal.key_id, principal.tenant, opened.output_tokens())
+        quotas.charge(principal.key_id, principal.tenant, opened.exchange.output_tokens())
 
 
 async def _open_keeping_alive(
@@ -191,13 +191,13 @@ async def _error_after_headers(
 
 
 def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> web.Response:
-    if opened.body is None:
+    if opened.exchange.body is None:
         raise ImpossibleState("a non-streaming exchange without its body")
     now = time.perf_counter()
     try:
-        usage = orjson.loads(opened.body).get("usage")
+        usage = orjson.loads(opened.exchange.body).get("usage")
         if isinstance(usage, dict):
-            opened.usage = usage
+            opened.exchange.usage = usage
     except (orjson.JSONDecodeError, AttributeError):
         pass
     summary = opened.summary(now)
@@ -208,7 +208,7 @@ def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> we
         status=200,
         body=body,
         headers=headers,
-        content_type=opened.response.content_type or "application/json",
+        content_type=opened.exchange.response.content_type or "application/json",
     )
 
 
@@ -223,17 +223,17 @@ async def _relay_stream(
     went away)."""
     opened = exchange.opened
     safety = request.app[RELAY].safety
-    writer.track_upstream(opened.buffered_bytes)
+    writer.track_upstream(opened.exchange.buffered_bytes)
     safety.stream_started(writer)
     try:
         if writer.started:  # early headers: the route is known only now
             await writer.write(comment("meridian-route " + opened.route.header()))
         else:
             await writer.start(_response_headers(request_id, opened))
-        async for batch in opened.all_batches():  # one upstream read -> one write
+        async for batch in opened.exchange.all_batches():  # one upstream read -> one write
             parts: list[bytes] = []
             for event in batch:
-                if event is opened.ended_by:  # [DONE], response.completed, message_stop
+                if event is opened.exchange.ended_by:  # [DONE], response.completed, message_stop
                     parts.append(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
                     parts.append(codec.encode(event))
                     await writer.end(b"".join(parts))

@@ -47,17 +47,17 @@ async def door_chunks(
     """The objects to send, in order; raises :class:`StreamBroken` or
     :class:`UpstreamErrorEvent` when the exchange fails."""
     rename = public_model_renamer(inbound, opened)
-    if opened.body is not None:  # a non-streaming exchange: its whole answer
-        answer = _object(rename(opened.body), "answer")
+    if opened.exchange.body is not None:  # a non-streaming exchange: its whole answer
+        answer = _object(rename(opened.exchange.body), "answer")
         if isinstance(answer.get("usage"), dict):
-            opened.usage = answer["usage"]
+            opened.exchange.usage = answer["usage"]
         yield answer
         return
     if inbound.endpoint is Endpoint.MESSAGES:
         async for event in _messages_events(inbound, opened):
             yield event
         return
-    async for sse in opened.all_events():
+    async for sse in opened.exchange.all_events():
         if sse.is_done:
             return
         if sse.data is None:
@@ -73,7 +73,7 @@ async def _messages_events(
 ) -> AsyncIterator[dict[str, Any]]:
     codec = MessagesWire().codec(inbound, opened)
     splitter = SseSplitter()
-    async for sse in opened.all_events():
+    async for sse in opened.exchange.all_events():
         for event in splitter.feed(codec.encode(sse)):
             if event.data is None:
                 continue  # keepalive comments

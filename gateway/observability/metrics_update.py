@@ -75,7 +75,7 @@ class MetricsUpdate:
         body is no time to first token."""
         if not record.inbound.stream:
             return
-        first = opened.stats.first_token_at or time.perf_counter()
+        first = opened.exchange.stats.first_token_at or time.perf_counter()
         ttft_s = first - record.inbound.received_at
         self._route(record, opened).ttft.observe(ttft_s)
         predicted_ms = opened.route.predicted_ttft_ms
@@ -98,18 +98,18 @@ class MetricsUpdate:
             return
         self.live.served(opened.route.backend, now)
         series.e2e.observe(now - record.inbound.received_at)
-        series.output_tokens.inc(opened.output_tokens())
-        usage = opened.usage or {}
+        series.output_tokens.inc(opened.exchange.output_tokens())
+        usage = opened.exchange.usage or {}
         prompt = usage.get("prompt_tokens")
         prompt_tokens = prompt if isinstance(prompt, int) else record.inbound.profile.prompt_tokens
         series.prompt_tokens.inc(prompt_tokens)
-        cached = opened.cached_tokens()
+        cached = opened.exchange.cached_tokens()
         if cached:
             series.cached_tokens.inc(cached)
         itl = series.itl
-        for gap in opened.stats.gaps_ms:
+        for gap in opened.exchange.stats.gaps_ms:
             itl.observe(gap / 1000.0)
-        for entry in opened.backend_timing:
+        for entry in opened.exchange.backend_timing:
             if entry.name == "queue" and entry.dur_ms is not None:
                 series.backend_queue.observe(entry.dur_ms / 1000.0)
 

@@ -89,11 +89,11 @@ def opened_line(
 ) -> dict[str, Any]:
     """The line of a request that got a first token (its stream may still have failed)."""
     inbound = record.inbound
-    stats = opened.stats
+    stats = opened.exchange.stats
     route = opened.route
     p50, p99, _ = stats.itl_percentiles()
     first = stats.first_token_at
-    usage = opened.usage or {}
+    usage = opened.exchange.usage or {}
     prompt = usage.get("prompt_tokens")
     line = base_line(record)
     line.update(
@@ -110,8 +110,8 @@ def opened_line(
             "itl_p99_ms": None if p99 is None else round(p99, 3),
             "prompt_tokens": prompt if isinstance(prompt, int) else inbound.profile.prompt_tokens,
             "prompt_tokens_estimated": not isinstance(prompt, int),
-            "cached_tokens": opened.cached_tokens(),
-            "completion_tokens": opened.output_tokens(),
+            "cached_tokens": opened.exchange.cached_tokens(),
+            "completion_tokens": opened.exchange.output_tokens(),
             "e2e_ms": _ms(now - inbound.received_at),
             "status": CLIENT_CLOSED_STATUS if outcome is Outcome.CANCELLED else 200,
             "outcome": outcome.value,

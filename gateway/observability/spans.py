@@ -94,18 +94,18 @@ def _opened_attributes(
     opened: OpenedStream, first: float | None, received: float
 ) -> dict[str, Any]:
     route = opened.route
-    usage = opened.usage or {}
+    usage = opened.exchange.usage or {}
     attrs: dict[str, Any] = {
         "meridian.route.region": route.region,
         "meridian.route.backend": route.backend,
         "meridian.route.kind": route.kind,
         "meridian.attempts": route.attempts,
         "meridian.hedges": route.hedges,
-        "gen_ai.usage.output_tokens": opened.output_tokens(),
+        "gen_ai.usage.output_tokens": opened.exchange.output_tokens(),
     }
     if isinstance(usage.get("prompt_tokens"), int):
         attrs["gen_ai.usage.input_tokens"] = usage["prompt_tokens"]
-    cached = opened.cached_tokens()
+    cached = opened.exchange.cached_tokens()
     if cached is not None:
         attrs["meridian.cached_tokens"] = cached
     if first is not None:
@@ -199,7 +199,7 @@ class SpanTree:
         tree = self._tree(record)
         if tree is None:
             return
-        first = opened.stats.first_token_at if record.inbound.stream else None
+        first = opened.exchange.stats.first_token_at if record.inbound.stream else None
         attrs = _server_attributes(record)
         attrs.update(_opened_attributes(opened, first, record.inbound.received_at))
         status = 499 if outcome is Outcome.CANCELLED else 200
@@ -317,8 +317,8 @@ class SpanTree:
         outcome: Outcome,
         error: str | None,
     ) -> None:
-        p50, p99, _ = opened.stats.itl_percentiles()
-        attrs: dict[str, Any] = {"gen_ai.usage.output_tokens": opened.output_tokens()}
+        p50, p99, _ = opened.exchange.stats.itl_percentiles()
+        attrs: dict[str, Any] = {"gen_ai.usage.output_tokens": opened.exchange.output_tokens()}
         if p50 is not None and p99 is not None:
             attrs["meridian.itl_p50_ms"] = round(p50, 3)
             attrs["meridian.itl_p99_ms"] = round(p99, 3)

@@ -1,5 +1,5 @@
 """The relay's per-event work: one timer per stream (gateway/read_watch.py) and one batch per
-upstream read (``OpenedStream.batches``), over real loopback sockets and a real event loop.
+upstream read (``UpstreamExchange.batches``), over real loopback sockets and a real event loop.
 
 Every wait here is for an event (the timer's callback, the server's bytes); no assertion
 depends on how fast the machine is.
@@ -16,9 +16,8 @@ import pytest
 
 from gateway.read_watch import ReadWatch
 from gateway.sse import SseSplitter
-from gateway.stream import OpenedStream, RouteInfo, StreamBroken
+from gateway.stream import StreamBroken, UpstreamExchange
 from gateway.timing import StreamStats
-from routing.types import BackendKind, BackendSpec
 
 Expired = asyncio.Queue[tuple[str, int]]
 
@@ -93,15 +92,12 @@ async def one_write_upstream() -> AsyncIterator[tuple[str, list[bytes]]]:
     await server.wait_closed()
 
 
-async def opened_stream(session: aiohttp.ClientSession, url: str) -> OpenedStream:
+async def opened_stream(session: aiohttp.ClientSession, url: str) -> UpstreamExchange:
+    """The upstream exchange an attempt hands over after its first read."""
     response = await session.get(url)
-    spec = BackendSpec("b", "r", BackendKind.DEDICATED, frozenset({"m"}))
-    return OpenedStream(
-        spec=spec,
-        route=RouteInfo("b", "r", "dedicated", 1),
+    return UpstreamExchange(
         response=response,
         stats=StreamStats(started_at=time.perf_counter()),
-        entries=[],
         splitter=SseSplitter(),
     )
 

@@ -64,14 +64,14 @@ class MessagesWire(DoorWire):
         return event("error", error_body(error))
 
     def whole_body(self, inbound: InboundRequest, opened: OpenedStream, body: bytes) -> bytes:
-        if opened.grammar is MESSAGES:
+        if opened.exchange.grammar is MESSAGES:
             return public_model_renamer(inbound, opened)(body)
         return message_from_chat(
             body, inbound.client_model or inbound.model, _stop_sequences(inbound)
         )
 
     def codec(self, inbound: InboundRequest, opened: OpenedStream) -> StreamCodec:
-        if opened.grammar is MESSAGES:
+        if opened.exchange.grammar is MESSAGES:
             return NativeCodec(public_model_renamer(inbound, opened))
         model = inbound.client_model or inbound.model
         return TranslatingCodec(ChatToMessages(model, _stop_sequences(inbound)))
