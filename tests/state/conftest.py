@@ -97,18 +97,18 @@ async def make_store(make_config: ConfigFactory) -> AsyncIterator[StoreFactory]:
     opened: list[StateStore] = []
     shared_memory: dict[str, MemoryStore] = {}
 
-    async def make(**overrides: Any) -> StateStore:
+    async def make(wall: Callable[[], float] = time.time, **overrides: Any) -> StateStore:
         # Semantics, not latency, are under test here: a cluster client's first call also
         # loads the slot map, which can take longer than 0.2 s on two busy cores (and a
         # connect longer than 0.3 s).
         overrides.setdefault("timeouts", {"op_s": 5.0, "connect_s": 5.0})
         config = make_config(**overrides)
         if config.backend == "memory":
-            key = repr(sorted(overrides.items()))
+            key = repr((sorted(overrides.items()), id(wall)))
             if key not in shared_memory:
-                shared_memory[key] = open_store(config)  # type: ignore[assignment]
+                shared_memory[key] = open_store(config, wall)  # type: ignore[assignment]
             return shared_memory[key]
-        store = open_store(config)
+        store = open_store(config, wall)
         opened.append(store)
         return store
 

@@ -11,7 +11,10 @@ from tests.state.conftest import SETTLE_S, StoreFactory
 
 
 async def test_push_then_pull_round_trips_every_kind(make_store: StoreFactory) -> None:
-    writer, reader = await make_store(), await make_store()
+    # A long in-flight TTL: the round trip is under test, not expiry (a busy cluster's first
+    # push, which also loads the slot map, can take longer than the suite's 1 s TTL).
+    writer = await make_store(intervals={"in_flight_ttl_s": 60.0})
+    reader = await make_store(intervals={"in_flight_ttl_s": 60.0})
     now = time.time()
     await writer.push(
         WriteBatch(
@@ -52,14 +55,17 @@ async def test_prefix_index_is_bounded_and_expires(make_store: StoreFactory) -> 
 
 
 async def test_in_flight_of_a_silent_replica_expires(make_store: StoreFactory) -> None:
-    store = await make_store(intervals={"in_flight_ttl_s": 0.3})
-    await store.summary()  # connect (and load a cluster's slot map) before the 0.3 s clock
-    await store.push(WriteBatch("dead", time.time(), in_flight={"a1": 5}))
-    await store.push(WriteBatch("alive", time.time(), in_flight={"a1": 1}))
-    assert set((await store.pull(0.0, time.time())).in_flight) == {"dead", "alive"}
-    await asyncio.sleep(0.4)
-    await store.push(WriteBatch("alive", time.time(), in_flight={"a1": 1}))
-    assert (await store.pull(0.0, time.time())).in_flight == {"alive": {"a1": 1}}
+    # The store's clock is stepped, not waited on: "still live" must not depend on how fast a
+    # busy machine gets from the push to the pull.
+    clock = [time.time()]
+    store = await make_store(intervals={"in_flight_ttl_s": 10.0}, wall=lambda: clock[0])
+    start = clock[0]
+    await store.push(WriteBatch("dead", start, in_flight={"a1": 5}))
+    await store.push(WriteBatch("alive", start, in_flight={"a1": 1}))
+    assert set((await store.pull(0.0, start)).in_flight) == {"dead", "alive"}
+    clock[0] = start + 11.0  # past the TTL for "dead"; "alive" pushes again
+    await store.push(WriteBatch("alive", clock[0], in_flight={"a1": 1}))
+    assert (await store.pull(0.0, clock[0])).in_flight == {"alive": {"a1": 1}}
 
 
 async def test_forget_replica_drops_its_counts_now(make_store: StoreFactory) -> None:
