@@ -31,6 +31,7 @@ from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
 from gateway.lifecycle.handles import hold_request
+from gateway.lifecycle.states import Event, State
 from gateway.metrics import GatewayMetrics
 from gateway.model_names import ModelNames
 from gateway.objectives import ObjectiveMetrics
@@ -140,7 +141,7 @@ class Relay:
         policy = state.policy(inbound.profile.latency_class)
         deadline = inbound.received_at + policy.total_s
         timer = asyncio.timeout(deadline - time.perf_counter())
-        held = hold_request(state, self.drain, timer)
+        held = hold_request(state, self.drain, timer, inbound.request_id)
         walk: CandidateWalk | None = None
         try:
             async with timer:
@@ -150,6 +151,8 @@ class Relay:
                 await held.admit(state.admission, inbound.model, inbound.tenant)
                 record.queue_s = time.perf_counter() - queued_at
                 walk = record.walk = self._route(state, inbound, forward_headers, hop, record)
+                held.on(Event.ROUTED)
+                walk.events = held.on  # attempts started and failed, hedges included
                 hedging = policy.hedging
                 won = await (
                     walk_hedged(walk, hedging, self.observed_ttft)
@@ -157,11 +160,13 @@ class Relay:
                     else walk_in_turn(walk)
                 )
             if won is None:
+                held.on(Event.ALL_ATTEMPTS_FAILED)
                 raise self._final_error(walk, inbound)
         except BaseException as exc:
             if walk is not None:
                 walk.abandon()
                 self._count_extra(walk)
+            held.end_with(_ending_before_first_token(held.lifecycle.state, exc, self.drain))
             held.end()
             if isinstance(exc, TimeoutError) and timer.expired():
                 error = draining_error() if self.drain.expired else self._final_error(walk, inbound)
@@ -307,7 +312,7 @@ class Relay:
             None if failure is FailureKind.CANCELLED else _observation(inbound, opened, failure)
         )
         if opened.held is not None:
-            opened.held.end(failure, learned)
+            opened.held.end(failure, learned, error)
         # tokens, e2e and ITL metrics: the observer
         self.objective_metrics.finish(inbound, opened, state.config.objectives)
 
@@ -334,6 +339,22 @@ def _observation(
         error_kind=None if failure is None else failure.value,
         first_token_observed=opened.first_token_observed,
     )
+
+
+def _ending_before_first_token(state: State, exc: BaseException, drain: DrainState) -> Event:
+    """The lifecycle event of a request that ended with ``exc`` before its first token."""
+    if isinstance(exc, TimeoutError):
+        return Event.DRAINED if drain.expired else Event.DEADLINE
+    if isinstance(exc, ApiError):
+        if state is State.ACCEPTED:
+            return Event.REFUSED  # admission full
+        if state is State.ADMITTED:
+            return Event.NO_BACKEND  # no candidate, a loop, or none in time
+        if state is State.AWAITING_FIRST_TOKEN:
+            return Event.REJECTED  # a backend said the request itself is bad
+    if isinstance(exc, asyncio.CancelledError):
+        return Event.CLIENT_GONE
+    return Event.INTERNAL
 
 
 def _error_for(failures: list[AttemptFailure], message: str) -> ApiError:

@@ -18,17 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.attempt import AttemptContext, AttemptFailure, discard, run_attempt
 from gateway.config import HedgingConfig
 from gateway.doors.upstream import serves
 from gateway.hedging import ObservedTtft, hedge_delay_s
+from gateway.lifecycle.states import Event
 from gateway.retry_budget import RetryAfterTable
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
 from routing.reservation import Reservation, reserve
 from routing.types import Candidate, Decision, RequestProfile
+
+
+def _ignore(event: Event) -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,7 @@ class CandidateWalk:
     hedges: int = 0
     budget_denied: bool = False
     skipped_wait_s: float | None = None  # shortest Retry-After wait among skipped candidates
+    events: Callable[[Event], None] = field(default=_ignore)  # the request's lifecycle
     _index: int = 0
 
     @property
@@ -83,6 +90,7 @@ class CandidateWalk:
                 held = reserve(self.ctx.state.router, candidate.backend, now)
             self.records.append(AttemptRecord(candidate.backend, time.perf_counter(), hedge))
             self.hedges += hedge
+            self.events(Event.ATTEMPT_STARTED)
             return candidate, self.launched, held
         return None
 
@@ -93,6 +101,7 @@ class CandidateWalk:
             self.first = None
 
     def failed(self, attempt: int, failure: AttemptFailure) -> None:
+        self.events(Event.ATTEMPT_FAILED)
         self.failures.append(failure)
         self.outcomes[attempt] = failure.kind if failure.status is None else str(failure.status)
         if failure.retry_after_s is not None and self.ctx.state.config.retry.honour_retry_after:

@@ -20,11 +20,13 @@ test (``tests/reliability/test_counters_return_to_zero.py``) drives every path t
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 
+from gateway.lifecycle.states import TERMINAL, Event, InvalidTransition, Lifecycle
 from gateway.signals.outlier import FailureKind
 from routing.reservation import Reservation
 from routing.types import Observation
@@ -36,6 +38,17 @@ if TYPE_CHECKING:
     from gateway.relay_state import RelayState
     from gateway.signals.hub import SignalHub
     from gateway.stream import OpenedStream
+
+log = logging.getLogger("meridian.lifecycle")
+
+# How a request that reached Relay.finish ended (its StreamBroken kind, if any) -> the event.
+_ENDED_BY: dict[str | None, Event] = {
+    None: Event.CLIENT_GONE,
+    "client_too_slow": Event.CLIENT_GONE,
+    "gateway_draining": Event.DRAINED,
+    "deadline_exceeded": Event.DEADLINE,
+    "internal_error": Event.INTERNAL,
+}
 
 
 @dataclass(eq=False, slots=True)
@@ -88,23 +101,44 @@ class RequestHold:
     stream: OpenedStream | None = None  # once a first token won: what a drain can abort
     upstream: UpstreamHold | None = None  # the winning attempt's counts, from then on
     ended: bool = False
+    request_id: str = ""
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)  # where the request is (states.py)
+
+    def on(self, event: Event) -> None:
+        """Move the request's lifecycle; an event its state does not accept is logged as the
+        impossible state it is (with the request id), never raised on the request path."""
+        result = self.lifecycle.handle(event)
+        if isinstance(result, InvalidTransition):
+            log.error("lifecycle request_id=%s: %s", self.request_id, result.message())
+
+    def end_with(self, event: Event) -> None:
+        """The request ended before a first token with ``event``, unless already ended."""
+        if self.lifecycle.state not in TERMINAL:
+            self.on(event)
 
     async def admit(self, admission: Admission, model: str, tenant: str) -> None:
         """Wait for the admission slots (or raise the refusal); held until :meth:`end`."""
         self.ticket = await admission.admit(model, tenant)
+        self.on(Event.ADMITTED)
 
     def streaming(self, stream: OpenedStream) -> None:
         """The first token won: drain membership moves from the timer to the stream, and the
         winning attempt's counts are this request's to end."""
         self.stream = stream
         self.upstream = stream.upstream_hold
+        self.on(Event.FIRST_TOKEN)
         self.drain.opened(self.timer, stream)
 
     def end(
-        self, failure: FailureKind | None = None, observation: Observation | None = None
+        self,
+        failure: FailureKind | None = None,
+        observation: Observation | None = None,
+        error: str | None = None,
     ) -> None:
         """The request is over (its response, or its failure before one): release all; the
         winner's counts end with ``failure`` and ``observation`` (see UpstreamHold.end)."""
+        if self.stream is not None and self.lifecycle.state not in TERMINAL:
+            self.on(Event.COMPLETED if failure is None else _ENDED_BY.get(error, Event.BROKEN))
         if self.upstream is not None:
             self.upstream.end(failure, observation)
         if self.ended:
@@ -119,8 +153,10 @@ class RequestHold:
             self.drain.finished(self.stream)
 
 
-def hold_request(state: RelayState, drain: DrainState, timer: asyncio.Timeout) -> RequestHold:
+def hold_request(
+    state: RelayState, drain: DrainState, timer: asyncio.Timeout, request_id: str
+) -> RequestHold:
     """The relay core takes a request: it counts on its state and in the drain from now."""
     state.enter()
     drain.opening(timer)
-    return RequestHold(state, drain, timer)
+    return RequestHold(state, drain, timer, request_id=request_id)

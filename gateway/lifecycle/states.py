@@ -47,6 +47,7 @@ class Event(StrEnum):
     DRAINED = "drained"  # the gateway's drain deadline ended it
     CLIENT_GONE = "client_gone"  # the client left (or was cut off as too slow)
     INTERNAL = "internal"  # an impossible state elsewhere: end it as the gateway's fault
+    REJECTED = "rejected"  # a backend said the request itself is bad (400/413/422, a loop)
 
 
 class Resource(StrEnum):
@@ -95,6 +96,7 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.AWAITING_FIRST_TOKEN, Event.ATTEMPT_FAILED): State.AWAITING_FIRST_TOKEN,
     (State.AWAITING_FIRST_TOKEN, Event.FIRST_TOKEN): State.STREAMING,
     (State.AWAITING_FIRST_TOKEN, Event.ALL_ATTEMPTS_FAILED): State.FAILED,
+    (State.AWAITING_FIRST_TOKEN, Event.REJECTED): State.FAILED,
     (State.STREAMING, Event.COMPLETED): State.DONE,
     (State.STREAMING, Event.BROKEN): State.FAILED,
     **{

@@ -119,7 +119,16 @@ async def _http_wait(url: str, body: dict[str, Any]) -> None:
             raise AssertionError(f"answered before the client left: {response.status}")
 
 
-async def test_every_http_path_returns_every_counter_to_zero(rig: Rig) -> None:
+def no_invalid_transition(caplog: pytest.LogCaptureFixture) -> None:
+    """Every path walked the lifecycle table (gateway/lifecycle/states.py) without an event
+    its state refuses: the relay core logs one as an impossible state."""
+    refused = [r.getMessage() for r in caplog.records if r.name == "meridian.lifecycle"]
+    assert not refused
+
+
+async def test_every_http_path_returns_every_counter_to_zero(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
     url = rig.gateway.url
     assert await _http(url, _body("ok")) == 200
     assert await _http(url, _body("ok", stream=False)) == 200
@@ -156,6 +165,7 @@ async def test_every_http_path_returns_every_counter_to_zero(rig: Rig) -> None:
             rig.relay.drain.end_everything()
             assert b"gateway_draining" in await response.read()
     await rig.back_to_zero()
+    no_invalid_transition(caplog)
 
 
 async def _wait_on(request: Any) -> None:
@@ -163,7 +173,9 @@ async def _wait_on(request: Any) -> None:
         raise AssertionError(f"answered before the client left: {response.status}")
 
 
-async def test_every_grpc_path_returns_every_counter_to_zero(rig: Rig) -> None:
+async def test_every_grpc_path_returns_every_counter_to_zero(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
     target = rig.gateway.app[GRPC_SERVER].target
     async with grpc.aio.insecure_channel(target) as channel:
         stub = inference_stub(channel)
@@ -205,3 +217,4 @@ async def test_every_grpc_path_returns_every_counter_to_zero(rig: Rig) -> None:
             while await call.read() is not grpc.aio.EOF:
                 pass
         await rig.back_to_zero()
+        no_invalid_transition(caplog)
