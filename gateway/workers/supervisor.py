@@ -44,6 +44,7 @@ class WorkerPlan:
     state_socket: str | None  # the host store's socket (None: the config's Redis)
     admin_host: str
     admin_port: int
+    scheme: str = "http"  # https with listen.tls
 
     def argv(self, index: int) -> list[str]:
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", self.config_path]
@@ -121,6 +122,7 @@ async def supervise(config: GatewayConfig, plan_args: dict[str, object]) -> int:
             state_socket=socket_path,
             admin_host=admin_host,
             admin_port=admin.getsockname()[1],
+            scheme="http" if config.listen.tls is None else "https",
         )
         return await _run(plan)
     finally:
@@ -150,7 +152,7 @@ async def _run(plan: WorkerPlan) -> int:
         await asyncio.gather(*(p.wait() for p in workers.processes.values()))
         raise
     log.info("%d workers listening on %s:%d", plan.count, plan.host, plan.port)
-    print(f"meridian listening on http://{plan.host}:{plan.port}", flush=True)
+    print(f"meridian listening on {plan.scheme}://{plan.host}:{plan.port}", flush=True)
     print(f"meridian admin on http://{plan.admin_host}:{plan.admin_port}", flush=True)
     await asyncio.gather(*(workers.watch(i) for i in range(plan.count)))
     return workers.exit_code

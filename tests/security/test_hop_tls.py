@@ -6,14 +6,17 @@ nothing through."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from gateway.config import ConfigError, parse_config
 from gateway.state_keys import RELAY
@@ -150,3 +153,37 @@ def test_tls_settings_are_checked_at_load() -> None:
     with pytest.raises(ConfigError, match="client_ca_file"):
         listen = {"tls": {"cert_file": "c", "key_file": "k", "require_client_cert": True}}
         parse_config({"backends": [{**base, "url": "https://h/v1"}], "listen": listen}, "<test>")
+
+
+async def test_workers_serve_tls_and_say_so(
+    tmp_path: Path, pki: dict[str, tuple[Path, Path]]
+) -> None:
+    """``--workers 2``: the supervisor's announced URL is https, and each worker answers TLS."""
+    listen = _listen_tls(pki)
+    config = {
+        "backends": [
+            {"name": "b1", "region": "local", "url": "http://127.0.0.1:9/v1", "models": [MODEL]}
+        ],
+        "listen": listen,
+        "auth": {"mode": "off"},
+        "signals": {"probes": {"enabled": False}, "engine_metrics": {"enabled": False}},
+    }
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(config))
+    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
+    process = await asyncio.create_subprocess_exec(
+        *argv, "--workers", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert line.startswith("meridian listening on https://127.0.0.1:"), line
+        url = line.split()[-1]
+        context = ssl.create_default_context(cafile=str(pki["ca"][0]))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            async with session.get(url + "/healthz") as response:
+                assert response.status == 200
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
