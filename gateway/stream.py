@@ -136,10 +136,16 @@ class UpstreamExchange:
             self.usage = {**(self.usage or {}), **usage}
 
     async def all_events(self) -> AsyncIterator[SseEvent]:
-        """Every event of the stream: those read with the first token, then the rest."""
-        async for batch in self.all_batches():
-            for event in batch:
+        """Every event of the stream: those read with the first token, then the rest (one
+        generator over :meth:`batches`, not two: each layer costs every event a resumption)."""
+        for event in self.first_events:
+            if not self._took_timing(event):
                 yield event
+        if not self.saw_done:
+            async for batch in self.batches():
+                for event in batch:
+                    if not self._took_timing(event):
+                        yield event
 
     async def all_batches(self) -> AsyncIterator[list[SseEvent]]:
         """Every event of the stream, grouped by the upstream read that brought them, so a
