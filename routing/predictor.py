@@ -162,6 +162,10 @@ def predict(
     zeros = view.remember("zeros", lambda: np.zeros(len(view)))
     assert isinstance(zeros, np.ndarray)
     queue, base, decode = rt.queue, rt.base, rt.decode
+    if rt.arriving:  # other clients' prefill since the scrape, still ahead (routing.arrivals)
+        elapsed = np.minimum(np.maximum(now - view.metrics_as_of, 0.0), rt.arrival_window)
+        ahead = rt.arrivals * elapsed
+        queue, base = queue + ahead, base + ahead
     cold_and_prob = _cold(view, now, load, learned, rt)
     cold, prob = (zeros, None) if cold_and_prob is None else cold_and_prob
     downstream = zeros

@@ -51,6 +51,11 @@ class RowTerms:
         self.step_room = empty  # prefill tokens per step beside that batch
         self.itl = empty  # ITL at the batch a new request would join (long-form)
         self.others = empty  # ms a new request adds to the running batch per token it decodes
+        # Other clients' prefill arriving since the scrape (routing.arrivals): queued work ms
+        # per second, counted for at most ``arrival_window`` seconds (until its first token).
+        self.arrivals = empty
+        self.arrival_window = empty
+        self.arriving = False  # any row with arrivals (else the predictor skips the term)
         self.idle_base = empty  # last traffic or reservation (-inf: none; +inf: never cold)
         self.cold_after = empty  # idle time where P(cold) starts to rise
         self.cold_ramp = empty  # ...and the idle time it takes to reach 1
@@ -77,13 +82,14 @@ class RowTerms:
         self._version = view.version
         for row in rows:
             self._row(view, load, learned, row)
+        self.arriving = bool(self.arrivals.any())
 
     def _allocate(self, view: FleetView, load: LoadColumns) -> None:
         self._view, self._load_generation = view, load.generation
         size = len(view)
         for name in (
             "rtt", "queue", "decode", "base", "step_room", "itl", "others", "idle_base",
-            "cold_after", "cold_ramp", "warm_until", "keep_warm_due",
+            "cold_after", "cold_ramp", "warm_until", "keep_warm_due", "arrivals", "arrival_window",
         ):  # fmt: skip
             setattr(self, name, np.zeros(size))
         # What configuration says per row, as plain lists: read once per row per change.
@@ -139,8 +145,13 @@ class RowTerms:
         self.base[row] = rtt + queue + 0.5 * decode + learned.bias_ms.item(row) + overhead
         # A reservation the predictor does not describe: a typical request, ahead of later
         # ones until its first token.
-        load.prefilling.window_s[row] = (0.5 * rtt + overhead + queue + per_queued) / 1000.0
+        window = (0.5 * rtt + overhead + queue + per_queued) / 1000.0
+        load.prefilling.window_s[row] = window
         load.prefilling.typical_ms[row] = per_queued
+        others = view.others_uncached.item(row)
+        self.arrivals[row] = learned.queue_scale.item(row) * 1000.0 * others / rate * with_steps
+        # Others' arrivals are counted at admission: ahead from there until their first token.
+        self.arrival_window[row] = (queue + per_queued) / 1000.0
         joined = depth + 1.0 if depth + 1.0 < seqs else seqs
         scale = 1.0 + slope * (joined / seqs - 0.5)
         self.itl[row] = learned.itl_ms.item(row) * (scale if scale > 0.25 else 0.25)

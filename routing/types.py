@@ -77,6 +77,9 @@ class BackendState:
     # the uncached prompt. None: no report (the backend is then modelled like any other).
     downstream_ttft_ms: Mapping[str, float] | None = None
     downstream_as_of: float | None = None  # when that report was made (defaults to ``as_of``)
+    # Uncached prompt tokens per second other clients sent over the last scrape interval,
+    # from the engine's counters (``routing.arrivals``); None: not known.
+    others_uncached_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

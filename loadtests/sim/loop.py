@@ -155,7 +155,7 @@ class Simulation:
         if predicted is None and self.policy == "oracle" and not request.long_form:
             predicted = chosen.score  # the oracle's truth: reported to show its own accuracy
         self.results.routed(i, backend.index, predicted, chosen.predicted_ttft_p90_ms)
-        gateway.sent(backend.index, now)
+        gateway.sent(backend.index, now, request.prompt_tokens)
         self._push(now + one_way, SUBMIT, i)
 
     def _refuse(

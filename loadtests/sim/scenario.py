@@ -146,6 +146,13 @@ class Signals(_Strict):
     snapshot_interval_s: float = Field(
         default=1.0, gt=0, description="how often a gateway rebuilds its fleet snapshot"
     )
+    engine_counters: bool = Field(
+        default=False,
+        description="gateways extrapolate other clients' prefill arrivals between scrapes "
+        "from the engines' prefix-cache counters (routing.arrivals); off by default: it "
+        "helps scenario 1 but costs scenario 2's TTFT p99, and the gateway's hub does not "
+        "fill it yet",
+    )
 
 
 class BackendGroup(_Strict):

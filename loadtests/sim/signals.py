@@ -9,12 +9,14 @@ hub does; between rebuilds the router's own in-flight ledger carries the new loa
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadtests.emulator.engine import EngineCounters
 from loadtests.sim.fleet import SimBackend
 from loadtests.sim.scenario import Scenario
+from routing.arrivals import others_uncached_per_s
 from routing.types import BackendState, FleetSnapshot
 
 
@@ -34,10 +36,23 @@ class GatewaySignals:
     probe_rtt_ms: list[float | None]
     probe_at: list[float | None]
     snapshot: FleetSnapshot = field(default_factory=lambda: FleetSnapshot(backends={}))
+    # Per backend: prompt tokens sent, as (when they reach the engine: half the probed RTT
+    # later, as the gateway would reckon it, tokens), not yet counted against a scrape.
+    sending: list[deque[tuple[float, int]]] = field(default_factory=list)
+    others_uncached: list[float | None] = field(default_factory=list)  # routing.arrivals
 
-    def sent(self, backend: int, now: float) -> None:
+    def sent(self, backend: int, now: float, prompt_tokens: int = 0) -> None:
         self.in_flight[backend] += 1
         self.last_traffic[backend] = now
+        rtt = self.probe_rtt_ms[backend]
+        self.sending[backend].append((now + (rtt or 0.0) / 2000.0, prompt_tokens))
+
+    def own_arrived(self, backend: int, by: float) -> int:
+        """Prompt tokens this gateway sent that reached ``backend`` by ``by`` (counted once)."""
+        sending, total = self.sending[backend], 0
+        while sending and sending[0][0] <= by:
+            total += sending.popleft()[1]
+        return total
 
     def done(self, backend: int, now: float) -> None:
         self.in_flight[backend] -= 1
@@ -49,6 +64,7 @@ class SignalModel:
         self.scenario = scenario
         self.backends = backends
         self._rng = random.Random(f"{scenario.seed}/probes")
+        self.arrivals = scenario.signals.engine_counters
         size = len(backends)
         self.scrapes: list[Scrape | None] = [None] * size
         self.gateways = [
@@ -58,10 +74,24 @@ class SignalModel:
             )
             for i, region in enumerate(gateways)
         ]  # fmt: skip
+        for gateway in self.gateways:
+            gateway.sending = [deque() for _ in range(size)]
+            gateway.others_uncached = [None] * size
 
     def scrape(self, now: float) -> None:
         for backend in self.backends:
-            self.scrapes[backend.index] = Scrape(backend.engine.counters(now), now)
+            i = backend.index
+            scrape = Scrape(backend.engine.counters(now), now)
+            previous, self.scrapes[i] = self.scrapes[i], scrape
+            for gateway in self.gateways:
+                own = gateway.own_arrived(i, now)
+                if previous is not None:  # the engine's counters, as the gateway's hub reads them
+                    new, old = scrape.counters, previous.counters
+                    gateway.others_uncached[i] = others_uncached_per_s(
+                        new.prefix_queries_tokens - old.prefix_queries_tokens,
+                        new.prefix_hits_tokens - old.prefix_hits_tokens,
+                        own, now - previous.at,
+                    )  # fmt: skip
 
     def probe(self, now: float) -> None:
         jitter = self.scenario.signals.probe_jitter_ms
@@ -97,5 +127,6 @@ class SignalModel:
                 as_of=max(known) if known else 0.0,
                 rtt_as_of=gateway.probe_at[i],
                 metrics_as_of=metrics_at,
+                others_uncached_per_s=gateway.others_uncached[i] if self.arrivals else None,
             )
         return FleetSnapshot(states, gateway.region, gateway.region_rtt_ms, taken_at=now)
