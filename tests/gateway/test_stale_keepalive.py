@@ -20,7 +20,7 @@ class OneShotKeepAliveBackend:
 
     def __init__(self) -> None:
         self.connections = 0
-        self.served = 0
+        self.served = 0  # completions only: a probe or scrape must not be mistaken for one
         self.server: asyncio.Server | None = None
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -37,13 +37,14 @@ class OneShotKeepAliveBackend:
                 if not first:
                     return  # drop it: the client finds its pooled connection dead
                 first = False
+                completion = head.startswith(b"POST ") and b"/chat/completions" in head
                 chunk = hex(len(_BODY))[2:].encode() + b"\r\n" + _BODY + b"\r\n0\r\n\r\n"
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                     b"Connection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk
                 )
                 await writer.drain()
-                self.served += 1
+                self.served += completion
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         finally:
@@ -59,7 +60,9 @@ async def test_dead_pooled_connection_is_retried_on_a_fresh_one(gateway) -> None
     backend = OneShotKeepAliveBackend()
     url = await backend.start()
     try:
-        running = await gateway(config_for({"oneshot": url}))
+        # The request path is under test: no probes or scrapes sharing the backend's connections.
+        quiet = {"probes": {"enabled": False}, "engine_metrics": {"enabled": False}}
+        running = await gateway(config_for({"oneshot": url}, signals=quiet))
         body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
         async with aiohttp.ClientSession() as session:
             for _ in range(3):
