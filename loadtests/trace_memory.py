@@ -104,6 +104,7 @@ def _report(base: tracemalloc.Snapshot, now: tracemalloc.Snapshot, top: int, str
         tracemalloc.Filter(False, tracemalloc.__file__),
         tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
         tracemalloc.Filter(False, "*/linecache.py"),
+        tracemalloc.Filter(False, "*/fnmatch.py", all_frames=True),  # these filters' own patterns
     ]
     diff = now.filter_traces(ignore).compare_to(base.filter_traces(ignore), "traceback")
     total = sum(d.size_diff for d in diff)
