@@ -37,7 +37,7 @@ class ListenConfig(_Strict):
     )
     tls: ListenTlsConfig | None = Field(
         default=None,
-        description="Serve the HTTP listener over TLS, optionally asking for client "
+        description="Serve the HTTP and gRPC listeners over TLS, optionally asking for client "
         "certificates (mTLS from other gateways; gateway/auth/tls.py). None: plain HTTP.",
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -107,6 +108,30 @@ def backend_context(name: str, config: HopTlsConfig | None) -> ssl.SSLContext | 
         from gateway.config_base import ConfigError
 
         raise ConfigError(f"backends.{name}.tls: {exc}") from None
+
+
+def grpc_credentials(config: ListenTlsConfig | None) -> Any:
+    """``listen.tls`` for the gRPC listener (``grpc.ServerCredentials``; None: plaintext).
+    grpcio verifies client certificates only when it requires them, so a certificate is never
+    taken for a hop here: gRPC callers authenticate with API keys; ``require_client_cert``
+    only restricts who may connect."""
+    if config is None:
+        return None
+    import grpc  # only a gateway with a gRPC listener loads grpc
+
+    try:
+        key = Path(_readable(config.key_file, "key_file")).read_bytes()
+        cert = Path(_readable(config.cert_file, "cert_file")).read_bytes()
+        ca = None
+        if config.client_ca_file:
+            ca = Path(_readable(config.client_ca_file, "client_ca_file")).read_bytes()
+    except (OSError, ssl.SSLError) as exc:
+        from gateway.config_base import ConfigError
+
+        raise ConfigError(f"listen.tls: {exc}") from None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=config.require_client_cert
+    )
 
 
 def listener_context(config: ListenTlsConfig | None) -> ssl.SSLContext | None:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.auth.tls import grpc_credentials
 from gateway.auth.wiring import AUTH, door_check
 from gateway.config import GatewayConfig
 from gateway.grpc.relay_backend import RelayBackend
@@ -37,6 +38,7 @@ def grpc_server_config(config: GatewayConfig) -> GrpcServerConfig | None:
         port=port,
         max_receive_message_bytes=limit,
         limits=ServicerLimits(max_body_bytes=limit),
+        credentials=grpc_credentials(config.listen.tls),  # the same TLS as the HTTP listener
     )
 
 

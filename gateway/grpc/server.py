@@ -43,6 +43,8 @@ class GrpcServerConfig:
     grace_s: float = 5.0
     reflection: bool = True
     limits: ServicerLimits = field(default_factory=ServicerLimits)
+    # listen.tls (gateway/auth/tls.py grpc_credentials); None: plaintext.
+    credentials: grpc.ServerCredentials | None = None
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [
@@ -88,7 +90,11 @@ async def start_grpc_server(
     if config.reflection:
         names = (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         enable_reflection(names, server)  # v1alpha and v1
-    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    address = f"{config.host}:{config.port}"
+    if config.credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, config.credentials)
     if port == 0:
         raise OSError(f"gRPC server could not bind {config.host}:{config.port}")
     await server.start()

@@ -115,12 +115,22 @@ async def recording_backend() -> AsyncIterator[Recorder]:
         yield recorder
 
 
-async def grpc_call(target: str, metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:
+async def grpc_call(
+    target: str,
+    metadata: tuple[tuple[str, str], ...] = (),
+    credentials: grpc.ChannelCredentials | None = None,
+) -> grpc.StatusCode:
+    """One streamed chat completion over gRPC (TLS with ``credentials``); its status."""
     request = pb.ChatCompletionRequest(
         model=MODEL, messages=[pb.ChatMessage(role="user", text="hi")], max_tokens=2
     )
-    async with grpc.aio.insecure_channel(target) as channel:
-        call = inference_stub(channel).ChatCompletion(request, metadata=metadata)
+    channel = (
+        grpc.aio.insecure_channel(target)
+        if credentials is None
+        else grpc.aio.secure_channel(target, credentials)
+    )
+    async with channel:
+        call = inference_stub(channel).ChatCompletion(request, metadata=metadata, timeout=30)
         try:
             async for _ in call:
                 pass

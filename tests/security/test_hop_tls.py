@@ -15,13 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 import yaml
 
 from gateway.config import ConfigError, parse_config
+from gateway.grpc.mount import GRPC_SERVER
 from gateway.state_keys import RELAY
 from tests.gateway.support import config_for
-from tests.security.auth_support import CHAT, MODEL, issue, recording_backend, until
+from tests.security.auth_support import (
+    CHAT,
+    MODEL,
+    grpc_call,
+    issue,
+    recording_backend,
+    until,
+)
 from tests.servers import GatewayFactory, gateways
 
 _EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2")
@@ -187,3 +196,24 @@ async def test_workers_serve_tls_and_say_so(
         if process.returncode is None:
             process.terminate()
         await asyncio.wait_for(process.wait(), 30)
+
+
+async def test_the_grpc_listener_serves_the_same_tls(
+    gateway: GatewayFactory, pki: dict[str, tuple[Path, Path]]
+) -> None:
+    ca = pki["ca"][0].read_bytes()
+    cert, key = (p.read_bytes() for p in pki["client"])
+    async with recording_backend() as recorder:
+        for require in (False, True):
+            listen = {**_listen_tls(pki, require=require), "grpc_port": 0}
+            running = await gateway(
+                config_for({"c1": recorder.url}, listen=listen, auth={"mode": "off"})
+            )
+            target = running.app[GRPC_SERVER].target
+            server_only = grpc.ssl_channel_credentials(root_certificates=ca)
+            mutual = grpc.ssl_channel_credentials(ca, private_key=key, certificate_chain=cert)
+            assert await grpc_call(target, credentials=mutual) == grpc.StatusCode.OK
+            assert await grpc_call(target) == grpc.StatusCode.UNAVAILABLE  # plaintext
+            without_cert = await grpc_call(target, credentials=server_only)
+            assert without_cert == (grpc.StatusCode.UNAVAILABLE if require else grpc.StatusCode.OK)
+        assert len(recorder.tenants) == 3
