@@ -241,6 +241,16 @@ class LoadRun:
         self._tasks = [asyncio.create_task(self._worker(i)) for i in range(self._workers)]
         return self
 
+    async def answered(self, more: int) -> None:
+        """Wait until ``more`` requests beyond those already answered have been answered: the
+        test moves on events of the load, not on how many a busy machine fits in a second."""
+        target = len(self.samples) + more
+
+        async def reached() -> bool:
+            return len(self.samples) >= target
+
+        await wait_for(reached, 60.0)
+
     async def stop(self) -> list[Sample]:
         for task in self._tasks:
             task.cancel()
