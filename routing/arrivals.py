@@ -8,7 +8,10 @@ admission from every client) say how much uncached prompt the backend took in ov
 scrape interval; less this router's own prompt tokens sent in the same interval (at the
 interval's hit rate, since which of them hit is not known here), that is the others'
 arrival rate. The predictor extrapolates it: the others' uncached work that arrived since the
-scrape and is still before its first token (``RowTerms.arrivals``) is queued ahead.
+scrape and is still before its first token (``RowTerms.arrivals``) is queued ahead. Their
+requests also take batch slots, for seconds (their whole answer): the engine's finished counter
+plus the growth of running + waiting is its arrivals, less ours the others' request rate, and
+the ones since the scrape fill the free slots first, then queue (``RowTerms.arrival_rps``).
 """
 
 from __future__ import annotations
@@ -30,3 +33,11 @@ def others_uncached_per_s(
     if others <= 0:
         return 0.0
     return others * (1.0 - hits / queries) / interval_s
+
+
+def others_requests_per_s(arrived: float, own: float, interval_s: float) -> float | None:
+    """Requests per second other clients sent over one scrape interval: ``arrived`` is the
+    engine's finished counter's growth plus its running + waiting's, ``own`` ours in it."""
+    if interval_s <= 0 or arrived < 0:
+        return None
+    return max(arrived - own, 0.0) / interval_s

@@ -163,8 +163,11 @@ def predict(
     assert isinstance(zeros, np.ndarray)
     queue, base, decode = rt.queue, rt.base, rt.decode
     if rt.arriving:  # other clients' prefill since the scrape, still ahead (routing.arrivals)
-        elapsed = np.minimum(np.maximum(now - view.metrics_as_of, 0.0), rt.arrival_window)
-        ahead = rt.arrivals * elapsed
+        since = np.maximum(now - view.metrics_as_of, 0.0)
+        ahead = rt.arrivals * np.minimum(since, rt.arrival_window)
+        free = rt.free_slots  # others' requests since hold their slots: seconds, not ms
+        taken = np.maximum(rt.arrival_rps * since - free, 0.0) - np.maximum(-free, 0.0)
+        ahead += rt.slot_ms * taken
         queue, base = queue + ahead, base + ahead
     cold_and_prob = _cold(view, now, load, learned, rt)
     cold, prob = (zeros, None) if cold_and_prob is None else cold_and_prob

@@ -55,7 +55,12 @@ class RowTerms:
         # per second, counted for at most ``arrival_window`` seconds (until its first token).
         self.arrivals = empty
         self.arrival_window = empty
-        self.arriving = False  # any row with arrivals (else the predictor skips the term)
+        # Their requests take batch slots: per second since the scrape, at ``slot_ms`` each
+        # once the ``free_slots`` left (negative: queued already) are taken.
+        self.arrival_rps = empty
+        self.slot_ms = empty
+        self.free_slots = empty
+        self.arriving = False  # any row with arrivals (else the predictor skips the terms)
         self.idle_base = empty  # last traffic or reservation (-inf: none; +inf: never cold)
         self.cold_after = empty  # idle time where P(cold) starts to rise
         self.cold_ramp = empty  # ...and the idle time it takes to reach 1
@@ -82,7 +87,7 @@ class RowTerms:
         self._version = view.version
         for row in rows:
             self._row(view, load, learned, row)
-        self.arriving = bool(self.arrivals.any())
+        self.arriving = bool(self.arrivals.any() or self.arrival_rps.any())
 
     def _allocate(self, view: FleetView, load: LoadColumns) -> None:
         self._view, self._load_generation = view, load.generation
@@ -90,6 +95,7 @@ class RowTerms:
         for name in (
             "rtt", "queue", "decode", "base", "step_room", "itl", "others", "idle_base",
             "cold_after", "cold_ramp", "warm_until", "keep_warm_due", "arrivals", "arrival_window",
+            "arrival_rps", "slot_ms", "free_slots",
         ):  # fmt: skip
             setattr(self, name, np.zeros(size))
         # What configuration says per row, as plain lists: read once per row per change.
@@ -135,9 +141,9 @@ class RowTerms:
         per_queued = typical * with_steps
         per_waiting = (typical if typical > default else default) * with_steps
         slots_ahead = depth + 1.0 - seqs if depth + 1.0 > seqs else 0.0
-        queue = learned.queue_scale.item(row) * (
-            slots_ahead * learned.service_ms.item(row) / seqs + unprefilled * per_waiting + own_ms
-        )
+        queue_scale = learned.queue_scale.item(row)
+        slot_ms = queue_scale * learned.service_ms.item(row) / seqs
+        queue = slots_ahead * slot_ms + queue_scale * (unprefilled * per_waiting + own_ms)
         overhead = self._overhead[row]
         self.rtt[row], self.queue[row], self.decode[row], self.step_room[row] = (
             rtt, queue, decode, room,
@@ -152,6 +158,8 @@ class RowTerms:
         self.arrivals[row] = learned.queue_scale.item(row) * 1000.0 * others / rate * with_steps
         # Others' arrivals are counted at admission: ahead from there until their first token.
         self.arrival_window[row] = (queue + per_queued) / 1000.0
+        self.arrival_rps[row] = view.others_requests.item(row)
+        self.slot_ms[row], self.free_slots[row] = slot_ms, seqs - depth - 1.0
         joined = depth + 1.0 if depth + 1.0 < seqs else seqs
         scale = 1.0 + slope * (joined / seqs - 0.5)
         self.itl[row] = learned.itl_ms.item(row) * (scale if scale > 0.25 else 0.25)

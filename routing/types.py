@@ -80,6 +80,7 @@ class BackendState:
     # Uncached prompt tokens per second other clients sent over the last scrape interval,
     # from the engine's counters (``routing.arrivals``); None: not known.
     others_uncached_per_s: float | None = None
+    others_requests_per_s: float | None = None  # ...and their requests per second
 
 
 @dataclass(frozen=True, slots=True)

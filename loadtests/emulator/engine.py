@@ -68,6 +68,9 @@ class EngineCounters:
     prefix_queries_tokens: int
     prefix_hits_tokens: int
     cold: bool
+    # Requests submitted, ever: what vLLM's finished counter (``request_success_total``) plus
+    # the growth of running + waiting add up to between two scrapes.
+    requests: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,7 @@ class Engine:
         self._outbox: list[Event] = []
         self._queries_tokens = 0
         self._hits_tokens = 0
+        self._requests = 0
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -148,6 +152,7 @@ class Engine:
         eligible = max(now, self._warm_at) + overhead + request.stall_s
         seq = _Sequence(request, eligible_at=eligible, not_before=eligible)
         self._pending[request.seq_id] = seq
+        self._requests += 1
         self._order += 1
         heapq.heappush(self._pending_heap, (eligible, self._order, request.seq_id))
 
@@ -195,6 +200,7 @@ class Engine:
             kv_cache_usage=min(1.0, used / self.params.kv_cache_blocks),
             prefix_queries_tokens=self._queries_tokens,
             prefix_hits_tokens=self._hits_tokens,
+            requests=self._requests,
             cold=self.is_cold(now),
         )
 

@@ -148,10 +148,10 @@ class Signals(_Strict):
     )
     engine_counters: bool = Field(
         default=False,
-        description="gateways extrapolate other clients' prefill arrivals between scrapes "
-        "from the engines' prefix-cache counters (routing.arrivals); off by default: it "
-        "helps scenario 1 but costs scenario 2's TTFT p99, and the gateway's hub does not "
-        "fill it yet",
+        description="gateways extrapolate other clients' arrivals (prefill tokens, requests) "
+        "between scrapes from the engines' counters (routing.arrivals); off by default: it "
+        "helps scenarios 1 and 4 but costs scenarios 2 and 3 their TTFT p99, and the "
+        "gateway's hub does not fill it yet",
     )
 
 

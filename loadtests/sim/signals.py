@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from loadtests.emulator.engine import EngineCounters
 from loadtests.sim.fleet import SimBackend
 from loadtests.sim.scenario import Scenario
-from routing.arrivals import others_uncached_per_s
+from routing.arrivals import others_requests_per_s, others_uncached_per_s
 from routing.types import BackendState, FleetSnapshot
 
 
@@ -40,6 +40,7 @@ class GatewaySignals:
     # later, as the gateway would reckon it, tokens), not yet counted against a scrape.
     sending: list[deque[tuple[float, int]]] = field(default_factory=list)
     others_uncached: list[float | None] = field(default_factory=list)  # routing.arrivals
+    others_requests: list[float | None] = field(default_factory=list)
 
     def sent(self, backend: int, now: float, prompt_tokens: int = 0) -> None:
         self.in_flight[backend] += 1
@@ -47,12 +48,14 @@ class GatewaySignals:
         rtt = self.probe_rtt_ms[backend]
         self.sending[backend].append((now + (rtt or 0.0) / 2000.0, prompt_tokens))
 
-    def own_arrived(self, backend: int, by: float) -> int:
-        """Prompt tokens this gateway sent that reached ``backend`` by ``by`` (counted once)."""
-        sending, total = self.sending[backend], 0
+    def own_arrived(self, backend: int, by: float) -> tuple[int, int]:
+        """Requests and prompt tokens this gateway sent that reached ``backend`` by ``by``
+        (each counted once)."""
+        sending, count, total = self.sending[backend], 0, 0
         while sending and sending[0][0] <= by:
             total += sending.popleft()[1]
-        return total
+            count += 1
+        return count, total
 
     def done(self, backend: int, now: float) -> None:
         self.in_flight[backend] -= 1
@@ -77,6 +80,7 @@ class SignalModel:
         for gateway in self.gateways:
             gateway.sending = [deque() for _ in range(size)]
             gateway.others_uncached = [None] * size
+            gateway.others_requests = [None] * size
 
     def scrape(self, now: float) -> None:
         for backend in self.backends:
@@ -84,7 +88,7 @@ class SignalModel:
             scrape = Scrape(backend.engine.counters(now), now)
             previous, self.scrapes[i] = self.scrapes[i], scrape
             for gateway in self.gateways:
-                own = gateway.own_arrived(i, now)
+                own_requests, own = gateway.own_arrived(i, now)
                 if previous is not None:  # the engine's counters, as the gateway's hub reads them
                     new, old = scrape.counters, previous.counters
                     gateway.others_uncached[i] = others_uncached_per_s(
@@ -92,6 +96,9 @@ class SignalModel:
                         new.prefix_hits_tokens - old.prefix_hits_tokens,
                         own, now - previous.at,
                     )  # fmt: skip
+                    gateway.others_requests[i] = others_requests_per_s(
+                        new.requests - old.requests, own_requests, now - previous.at
+                    )
 
     def probe(self, now: float) -> None:
         jitter = self.scenario.signals.probe_jitter_ms
@@ -128,5 +135,6 @@ class SignalModel:
                 rtt_as_of=gateway.probe_at[i],
                 metrics_as_of=metrics_at,
                 others_uncached_per_s=gateway.others_uncached[i] if self.arrivals else None,
+                others_requests_per_s=gateway.others_requests[i] if self.arrivals else None,
             )
         return FleetSnapshot(states, gateway.region, gateway.region_rtt_ms, taken_at=now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.arrivals import others_uncached_per_s
+from routing.arrivals import others_requests_per_s, others_uncached_per_s
 from routing.policies import build_router
 from routing.types import Candidate
 from tests.routing.routing_fixtures import fleet, profile, state
@@ -57,3 +57,36 @@ def test_the_term_moves_the_predicted_ttft_by_the_queue() -> None:
     grown = busy.terms_ms["queue"] - quiet.terms_ms["queue"]
     assert grown > 0
     assert busy.predicted_ttft_ms - quiet.predicted_ttft_ms == pytest.approx(grown)
+
+
+@pytest.mark.parametrize(
+    ("arrived", "own", "interval", "expected"),
+    [(12, 4, 2.0, 4.0), (3, 5, 1.0, 0.0), (4, 0, 0.0, None), (-1, 0, 1.0, None)],
+)
+def test_request_rate(arrived: float, own: float, interval: float, expected: float | None) -> None:
+    assert others_requests_per_s(arrived, own, interval) == expected
+
+
+def _slots(running: int, rps: float, now: float) -> float:
+    router = build_router("predicted_ttft", {}, 0)
+    backend = state(
+        "a", spec_kwargs={"max_num_seqs": 8}, running=running, waiting=0, as_of=10.0,
+        others_requests_per_s=rps,
+    )  # fmt: skip
+    return (
+        router.explain(profile(prompt_tokens=100), fleet(backend), now).ranked[0].terms_ms["queue"]
+    )
+
+
+def test_others_requests_queue_only_once_they_fill_the_free_slots() -> None:
+    # 2 of 8 slots taken, 5 left for others before a new request queues: 10 rps fill them in
+    # half a second.
+    assert _slots(2, 10.0, 10.4) == _slots(2, 0.0, 10.4)
+    assert _slots(2, 10.0, 10.9) > _slots(2, 0.0, 10.9)
+    # A full engine: every one of them is a slot ahead, and more of them over time.
+    full_quiet, full_soon, full_later = (
+        _slots(8, 0.0, 10.5),
+        _slots(8, 4.0, 10.2),
+        _slots(8, 4.0, 10.5),
+    )
+    assert full_quiet < full_soon < full_later

@@ -27,16 +27,18 @@ def _model(on: bool) -> tuple[SignalModel, list[float]]:
     model.scrape(2.0)
     model.rebuild(2.0)
     name = backends[0].name
-    rates = [g.snapshot.backends[name].others_uncached_per_s for g in model.gateways]
+    states = [g.snapshot.backends[name] for g in model.gateways]
+    rates = [s.others_uncached_per_s for s in states] + [s.others_requests_per_s for s in states]
     return model, [r if r is not None else -1.0 for r in rates]
 
 
 def test_each_gateway_sees_the_others_uncached_tokens_per_second() -> None:
-    _, (first, second) = _model(True)
+    _, (first, second, first_rps, second_rps) = _model(True)
     assert first == pytest.approx(1_000 / 2.0)  # gateway 1's request, over the 2 s interval
     assert second == pytest.approx(3_000 / 2.0)
+    assert (first_rps, second_rps) == pytest.approx((0.5, 1.5))  # ...and requests
 
 
 def test_off_by_default_the_snapshot_carries_no_rate() -> None:
     _, rates = _model(False)
-    assert rates == [-1.0, -1.0]
+    assert rates == [-1.0] * 4
