@@ -61,6 +61,9 @@ class Reloader:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self._watch_interval: float | None = None
+        # The last state's retirement: each waits for the one before it, because a state
+        # shares its pools and hub with its predecessor, whose requests may still use them.
+        self._retiring: asyncio.Future[None] | None = None
 
     def request(self, reason: str) -> None:
         """From a signal handler: reload soon, in a task of its own."""
@@ -114,9 +117,13 @@ class Reloader:
             backends_removed=removed,
             in_flight_on_old=old.active,
         )
-        self._spawn(self._retire(old, state))
+        self._retiring = self._spawn(self._retire(old, state, self._retiring))
 
-    async def _retire(self, old: RelayState, new: RelayState) -> None:
+    async def _retire(
+        self, old: RelayState, new: RelayState, before: asyncio.Future[None] | None
+    ) -> None:
+        if before is not None:
+            await asyncio.wait([before])  # its requests may still use what ``old`` shares
         await old.wait_idle()
         retired = old.pool.not_in(new.pool)
         for client in retired:
@@ -146,10 +153,11 @@ class Reloader:
             if digest is not None and digest != self._digest:
                 await self.reload("file changed")
 
-    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def close(self) -> None:
         for task in list(self._tasks):

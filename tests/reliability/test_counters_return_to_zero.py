@@ -1,7 +1,8 @@
 """Every path a request can take, on both doors, leaves every request counter at zero.
 
 Success, each failure kind before the first token, the client leaving while it waits and
-mid-stream, admission refusal and the drain deadline mid-stream: afterwards the relay state's
+mid-stream, admission refusal, the drain deadline mid-stream, and streams open across config
+reloads (a new router, then a new fleet without their backends): afterwards every relay state's
 active count, drain membership, admission slots, the router's reservations, the hub's in-flight
 counts and the ``meridian_upstream_in_flight`` gauge are all back to zero.
 """
@@ -9,8 +10,10 @@ counts and the ``meridian_upstream_in_flight`` gauge are all back to zero.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,6 +24,8 @@ from gateway.app import RunningGateway, start_gateway
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
+from gateway.relay_state import RelayState
+from gateway.reload import Reloader
 from gateway.state_keys import RELAY
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
@@ -36,23 +41,44 @@ FAULTS = {
     "e429": FaultConfig(rate_limit_rate=1.0, retry_after_s=0.0),
     "stall": FaultConfig(stall_ms=600_000.0),
     "slow": FaultConfig(),
+    "single": FaultConfig(),  # one batch slot: a second request waits for the first to leave
 }
+ENGINES = {"single": SLOW.model_copy(update={"max_num_seqs": 1})}
 
 
 class Rig:
-    def __init__(self, gateway: RunningGateway, emulators: dict[str, RunningEmulator]) -> None:
-        self.gateway, self.emulators = gateway, emulators
+    def __init__(
+        self,
+        gateway: RunningGateway,
+        emulators: dict[str, RunningEmulator],
+        data: dict[str, Any],
+        reloader: Reloader,
+    ) -> None:
+        self.gateway, self.emulators, self.data = gateway, emulators, data
         self.relay = gateway.app[RELAY]
+        self.reloader = reloader
+        self.states: list[RelayState] = [self.relay.state]  # every state a reload left behind
+
+    async def reload(self, **changes: Any) -> RelayState:
+        """Write the config with ``changes`` and reload it as SIGHUP does; the new state."""
+        self.reloader.path.write_text(json.dumps({**self.data, **changes}))
+        assert await self.reloader.reload("test")
+        self.states.append(self.relay.state)
+        return self.relay.state
 
     def counters(self) -> dict[str, float]:
         relay = self.relay
         names = [*self.emulators, "refused"]
+
+        def each(part: str) -> list[Any]:  # the states' distinct routers, hubs, admissions
+            return list({id(getattr(s, part)): getattr(s, part) for s in self.states}.values())
+
         return {
-            "active": relay.state.active,
+            "active": sum(state.active for state in self.states),
             "drain": relay.drain.in_flight,
-            "admission": relay.state.admission.held(),
-            "hub": sum(relay.fleet.in_flight(n) for n in names),
-            "router": sum(router_in_flight(relay.router, n) for n in names),
+            "admission": sum(admission.held() for admission in each("admission")),
+            "hub": sum(fleet.in_flight(n) for fleet in each("fleet") for n in names),
+            "router": sum(router_in_flight(r, n) for r in each("router") for n in names),
             "gauge": sum(
                 metric_value(self.gateway, "meridian_upstream_in_flight", {"backend": n})
                 for n in names
@@ -64,12 +90,17 @@ class Rig:
 
 
 @pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     async with AsyncExitStack() as stack:
         emulators = {}
         for name, faults in FAULTS.items():
             emulator = await start_emulated_backend(
-                EmulatedBackendConfig(name=name, models=(f"m-{name}",), engine=SLOW, faults=faults)
+                EmulatedBackendConfig(
+                    name=name,
+                    models=(f"m-{name}",),
+                    engine=ENGINES.get(name, SLOW),
+                    faults=faults,
+                )
             )
             stack.push_async_callback(emulator.close)
             emulators[name] = emulator
@@ -91,10 +122,13 @@ async def rig() -> AsyncIterator[Rig]:
             "timeouts": {"first_token_s": 600.0},
             "admission": {"models": {"m-stall": {"max_concurrent": 1, "max_queue": 0}}},
             "signals": {"outlier": {"enabled": False}},
+            "reload": {"watch_interval_s": None},
         }
         gateway = await start_gateway(parse_config(data, "<zero-test>"))
         stack.push_async_callback(gateway.close)
-        yield Rig(gateway, emulators)
+        reloader = Reloader(gateway.app[RELAY], tmp_path / "gateway.json")
+        stack.push_async_callback(reloader.close)
+        yield Rig(gateway, emulators, data, reloader)
 
 
 def _body(model: str, stream: bool = True, tokens: int = 4) -> dict[str, Any]:
@@ -218,3 +252,83 @@ async def test_every_grpc_path_returns_every_counter_to_zero(
                 pass
         await rig.back_to_zero()
         no_invalid_transition(caplog)
+
+
+async def _across_reloads(rig: Rig) -> None:
+    """With streams open on ``single`` (one mid-stream, one waiting for its slot) and ``stall``
+    (waiting for its first token): reload a new router, then a fleet without either backend.
+    New requests see the new configuration; the open ones keep theirs."""
+    first = rig.states[0]
+    await settle(
+        lambda: (
+            engine_holds(rig.emulators["single"]) == 2 and engine_holds(rig.emulators["stall"]) == 1
+        )
+    )
+    assert first.active == 3
+    second = await rig.reload(routing={"seed": 7})
+    assert second.router is not first.router and second.fleet is first.fleet
+    kept = [b for b in rig.data["backends"] if b["name"] not in {"single", "stall"}]
+    third = await rig.reload(backends=kept, admission={})
+    assert third.fleet is not first.fleet and third.admission is not first.admission
+    assert first.active == 3 and third.active == 0
+    assert await _http(rig.gateway.url, _body("ok")) == 200
+    assert await _http(rig.gateway.url, _body("single")) == 404
+
+
+def _retired(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "retired upstream pool" in r.getMessage()]
+
+
+async def test_streams_across_reloads_return_every_counter_to_zero_http(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="meridian.reload")
+    url = rig.gateway.url + "/v1/chat/completions"
+    async with aiohttp.ClientSession() as session:
+        holder = await session.post(url, json=_body("single", tokens=500))
+        assert await holder.content.readany()
+        waiter = asyncio.ensure_future(_read_all(session, url, _body("single", tokens=4)))
+        stalled = asyncio.ensure_future(_wait_on(session.post(url, json=_body("stall"))))
+        await _across_reloads(rig)
+        # The holder leaves mid-stream: the waiter gets the removed backend's slot and finishes.
+        holder.close()
+        status, raw = await waiter
+        assert status == 200 and b"data: [DONE]" in raw and b"error" not in raw
+        stalled.cancel()
+        assert isinstance(
+            (await asyncio.gather(stalled, return_exceptions=True))[0], asyncio.CancelledError
+        )
+    await rig.back_to_zero()
+    # The old states retire once idle: the removed backends' two pools close then, not before.
+    await settle(lambda: len(_retired(caplog)) == 2)
+    assert "closed 2 retired upstream pool(s)" in _retired(caplog)
+    no_invalid_transition(caplog)
+
+
+async def _read_all(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any]
+) -> tuple[int, bytes]:
+    async with session.post(url, json=body) as response:
+        return response.status, await response.read()
+
+
+async def test_streams_across_reloads_return_every_counter_to_zero_grpc(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="meridian.reload")
+    target = rig.gateway.app[GRPC_SERVER].target
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = inference_stub(channel)
+        holder = stub.ChatCompletion(chat(model="m-single", max_tokens=500))
+        assert (await holder.read()).choices
+        waiter = stub.ChatCompletion(chat(model="m-single", max_tokens=4))
+        stalled = stub.ChatCompletion(chat(model="m-stall", max_tokens=4))
+        await _across_reloads(rig)
+        holder.cancel()
+        replies = [reply async for reply in waiter]
+        assert replies and await waiter.code() is grpc.StatusCode.OK
+        stalled.cancel()
+        await rig.back_to_zero()
+    await settle(lambda: len(_retired(caplog)) == 2)
+    assert "closed 2 retired upstream pool(s)" in _retired(caplog)
+    no_invalid_transition(caplog)
