@@ -61,11 +61,19 @@ async def test_slowloris_heads_get_408_and_a_closed_socket(
     port = running.port
     slow = [await _open(port, HEAD + b"X-Slow: 1") for _ in range(20)]  # never finish the head
     assert await _healthz(running.admin_url) == 200
+    answers = []
     for reader, writer in slow:
-        answer = await reader.read()  # until the gateway closes the socket
-        assert answer.startswith(b"HTTP/1.1 408 ")
+        try:
+            answers.append(await reader.read())  # until the gateway closes the socket
+        except ConnectionResetError:
+            # A machine stalled past the deadline before the gateway read the partial head:
+            # closing a socket with unread bytes is a reset, and the client may lose the 408
+            # written just before it. Still closed by the timeout (the counter says so).
+            answers.append(b"reset")
         writer.close()
     assert _timeouts(running, "headers") == 20
+    assert all(a.startswith(b"HTTP/1.1 408 ") or a == b"reset" for a in answers), answers
+    assert any(a.startswith(b"HTTP/1.1 408 ") for a in answers)
     assert await _healthz(running.url) == 200
 
 
