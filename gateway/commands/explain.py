@@ -35,9 +35,9 @@ from gateway.explain import (
     endpoint_named,
     explain_report,
     known_regions,
-    render_text,
     resolve_origin,
 )
+from gateway.explain_text import render_text
 from gateway.fleet import build_signal_hub
 from gateway.inbound import Endpoint, tenant_from
 from gateway.model_names import ModelNames
