@@ -43,7 +43,7 @@ from loadtests.results_file import write_results
 from loadtests.sim.loop import simulate
 from loadtests.sim.replay_cli import recorded_spend
 from loadtests.sim.replay_fleet import replay_fleet
-from loadtests.sim.replay_follow import replay_following
+from loadtests.sim.replay_follow import Follow, following, let_go_at, replay_following
 from loadtests.sim.replay_import import from_bench_csv
 from loadtests.sim.replay_trace import ReplayTrace, write_trace
 from loadtests.sim.results import PolicyRun
@@ -123,6 +123,7 @@ def replay(
     objective_ms: float,
     trace_out: Path,
     warmup_s: float,
+    follow_samples: int = 0,
 ) -> dict[str, Any]:
     recorded = from_bench_csv(csv_path, WORKLOAD)
     write_trace(trace_out, recorded)  # as recorded: no objective
@@ -156,7 +157,10 @@ def replay(
             for ln in recorded.lines
         ]
     )
-    out: dict[str, Any] = {"requests": len(recorded.lines), "warmup_s": warmup_s, "recorded": {}}
+    out: dict[str, Any] = {
+        "requests": len(recorded.lines), "warmup_s": warmup_s, "follow_samples": follow_samples,
+        "recorded": {},
+    }  # fmt: skip
     for label, mask in windows.items():
         out["recorded"][label] = _window(names, got_backend, got_ttft, mask)
     out["recorded"]["spend"] = recorded_spend(recorded, fleet.scenario)
@@ -166,14 +170,25 @@ def replay(
         # Followed: it follows the recorded routes for the first ``warmup_s`` (so it starts from
         # the recording's learned state) and is compared after them (replay_follow.py).
         cold = simulate(fleet.scenario, trace, policy)
-        followed = replay_following(fleet.scenario, trace, policy, warmup_s)
         entry: dict[str, Any] = {"spend": float(cold.results.cost.sum())}
         for label, mask in windows.items():
             entry[label] = _versus(names, cold, mask, out["recorded"][label])
         after = f"after {warmup_s:g} s"
+        followed = replay_following(fleet.scenario, trace, policy, warmup_s)
         entry[f"followed, {after}"] = _versus(
             names, followed, windows[after], out["recorded"][after]
         )
+        if follow_samples:
+            # Followed until every backend the recording used has ``follow_samples`` learned
+            # first tokens (replay_follow.Follow.samples), compared from where it let go.
+            simulation = following(fleet.scenario, trace, policy, Follow(samples=follow_samples))
+            run = simulation.run()
+            since = let_go_at(simulation)
+            mask = np.asarray([ln.t_s - start >= since for ln in recorded.lines])
+            if not mask.any():
+                continue  # it never let go: nothing to compare
+            label = f"followed {follow_samples} samples, after {since:.1f} s"
+            entry[label] = _versus(names, run, mask, _window(names, got_backend, got_ttft, mask))
         out["replays"][policy] = entry
     return out
 
@@ -219,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         "--from-csv", type=Path, default=None,
         help="replay this earlier run's requests.csv (recorded under --policy) instead of recording",
     )  # fmt: skip
+    parser.add_argument(
+        "--follow-samples", type=int, default=0, metavar="N",
+        help="also follow until the router learned N recorded first tokens on every backend "
+        "the recording used N times, compared from there (replay_follow.Follow.samples)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.from_csv is not None:
@@ -229,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         config = asyncio.run(record(args.policy, args.rate, args.duration, csv_path))
     trace_out = args.trace_out or args.out / f"bench_replay-{args.policy}.trace.jsonl"
     policies = list(dict.fromkeys([args.policy, "round_robin", "predicted_ttft", "slo_cost"]))
-    doc = replay(csv_path, config, policies, args.objective_ms, trace_out, args.warmup)
+    doc = replay(
+        csv_path, config, policies, args.objective_ms, trace_out, args.warmup, args.follow_samples
+    )
     doc.update(policy=args.policy, rate=args.rate, duration_s=args.duration)
     rec = doc["recorded"]
     print(f"recorded under {args.policy}: {doc['requests']} requests, spend {rec['spend']:.4f}")

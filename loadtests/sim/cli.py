@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if isinstance(trace, ReplayTrace):
         versus = replay_cli.recorded_versus(
-            trace.file, scenario, summaries, recorded_policy, runs, args.follow_recorded
+            trace.file, scenario, summaries, recorded_policy, runs, replay_cli.compared_from(args)
         )
         print("\n" + versus)
         extra = versus + ("\n\n" + extra if extra else "")

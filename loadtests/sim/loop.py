@@ -12,6 +12,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from loadtests.emulator.engine import EventKind, SequenceRequest
 from loadtests.sim.fleet import SimBackend, build_fleet
@@ -34,6 +35,13 @@ from routing.types import (
 
 ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
 REJECT_SUFFIX = "+reject"
+
+
+@runtime_checkable
+class Releasing(Protocol):
+    """A router whose reservation a request that never reaches a backend gives back."""
+
+    def release(self, backend: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -168,7 +176,7 @@ class Simulation:
         if unmeetable(decision, deadline_ms, self.scenario.early_rejection_quantile) is None:
             return False
         router = self.routers[gateway]
-        if isinstance(router, PipelineRouter):  # tests may wrap it
+        if isinstance(router, Releasing):  # a PipelineRouter, or a replay's wrapper of one
             router.release(decision.chosen.backend)
         truth = self._truths[gateway].latency_ms(decision.chosen.backend, profile, now)
         self.results.refuse(i, truth is not None and truth <= deadline_ms)

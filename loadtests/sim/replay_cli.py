@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from loadtests.sim.loop import simulate
 from loadtests.sim.replay_fleet import replay_fleet
-from loadtests.sim.replay_follow import replay_following
+from loadtests.sim.replay_follow import Follow, following, let_go_at
 from loadtests.sim.replay_import import load_any
 from loadtests.sim.replay_trace import ReplayTrace, TraceFile, TraceFormatError, write_trace
 from loadtests.sim.results import PolicyRun
@@ -44,13 +44,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="follow the recorded routes for the first S seconds (the replay's router starts "
         "where the recording's was: loadtests/sim/replay_follow.py); compared after them",
     )  # fmt: skip
+    replay.add_argument(
+        "--follow-samples", type=int, default=0, metavar="N",
+        help="follow the recorded routes until the router learned N recorded first tokens on "
+        "every backend the recording used N times (with --follow-recorded: whichever is first)",
+    )  # fmt: skip
+
+
+def follow_of(args: argparse.Namespace) -> Follow:
+    return Follow(seconds=args.follow_recorded or None, samples=args.follow_samples or None)
 
 
 def run(scenario: Scenario, trace: Trace, policy: str, args: argparse.Namespace) -> PolicyRun:
-    """One policy's pass: a replay follows the recording first when ``--follow-recorded``."""
-    if isinstance(trace, ReplayTrace) and args.follow_recorded > 0:
-        return replay_following(scenario, trace, policy, args.follow_recorded)
-    return simulate(scenario, trace, policy)
+    """One policy's pass: a replay follows the recording first when ``--follow-recorded`` or
+    ``--follow-samples``; where its router let go is kept for ``compared_from``."""
+    follow = follow_of(args)
+    if not isinstance(trace, ReplayTrace) or not follow.active:
+        return simulate(scenario, trace, policy)
+    simulation = following(scenario, trace, policy, follow)
+    run = simulation.run()
+    if not hasattr(args, "let_go_s"):
+        args.let_go_s = {}
+    args.let_go_s[policy] = let_go_at(simulation)
+    return run
+
+
+def compared_from(args: argparse.Namespace) -> dict[str, float]:
+    """Per policy, the arrival (s) from which its replay decided on its own (``run``)."""
+    return dict(getattr(args, "let_go_s", {}))
 
 
 def load(args: argparse.Namespace) -> tuple[Scenario, ReplayTrace, str | None] | str:
@@ -104,10 +125,11 @@ def recorded_versus(
     summaries: Sequence[Summary],
     policy: str | None,
     runs: Sequence[PolicyRun] = (),
-    after_s: float = 0.0,
+    after_s: Mapping[str, float] | None = None,
 ) -> str:
     """The recording's own split, TTFT and spend beside each replay's, with the differences;
-    with ``after_s`` (``--follow-recorded``) also over the requests after it, per run."""
+    with ``after_s`` (per policy, where a followed replay let go: ``compared_from``) also over
+    the requests after it, per run."""
     recorded = [line.recorded for line in trace.lines if line.recorded is not None]
     ttfts = [r.ttft_ms for r in recorded if r.ttft_ms is not None]
     if not recorded or not ttfts:
@@ -132,9 +154,10 @@ def recorded_versus(
             f"  replay {s.policy:<22} split off by at most {100 * worst:.1f} pp, "
             f"TTFT p50 {s.ttft_p50_ms:.0f} ms ({ratio:.2f}x recorded), p99 {s.ttft_p99_ms:.0f} ms"
         )
-    if after_s > 0:
-        lines += [f"after the first {after_s:g} s (followed as recorded):"]
-        lines += [_after(trace, run, names, after_s) for run in runs]
+    followed = [run for run in runs if after_s and run.policy in after_s]
+    if followed:
+        lines += ["after following the recorded routes:"]
+        lines += [_after(trace, run, names, after_s[run.policy]) for run in followed if after_s]
     return "\n".join(lines)
 
 
@@ -153,6 +176,6 @@ def _after(trace: TraceFile, run: PolicyRun, names: Sequence[str], after_s: floa
     p50, recorded_p50 = _percentile(ours[~np.isnan(ours)].tolist(), 50), _percentile(ttfts, 50)
     ratio = p50 / recorded_p50 if p50 is not None and recorded_p50 else float("nan")
     return (
-        f"  replay {run.policy:<22} {len(keep)} requests: split off by at most "
-        f"{100 * worst:.1f} pp, TTFT p50 {ratio:.2f}x recorded"
+        f"  replay {run.policy:<22} from {after_s:.1f} s, {len(keep)} requests: split off by at "
+        f"most {100 * worst:.1f} pp, TTFT p50 {ratio:.2f}x recorded"
     )
