@@ -11,11 +11,17 @@ ratios are against round-robin's cost for the same work, so the table survives a
 
     .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--backends 100 1000]
         [--policies predicted_ttft predicted_ttft:generic round_robin] [--out loadtests/results]
+        [--src before=DIR ... --rounds 3]
 
 ``POLICY:generic`` times the same policy forced through the generic pipeline
 (``PipelineRouter._decide``), so a fused path is measured against it in the same run. ``cpu``
 columns are the thread's CPU time per call (what the decision costs, without the time a busy
 machine kept the process waiting).
+
+``--src NAME=DIR`` times another checkout's ``routing/`` (e.g. ``git archive main`` unpacked
+in DIR) with this benchmark, as a side of the same run: each round runs every side once, in
+turn, in its own process, and the table gives each side's median over the rounds and its CPU
+p50 against this checkout's.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -219,6 +227,55 @@ def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _side_rows(src: Path, argv: list[str]) -> list[dict[str, Any]]:
+    """This benchmark's rows with ``routing`` imported from ``src`` (a child process)."""
+    # Run as a script (sys.path[0] is loadtests/), so PYTHONPATH decides where routing is from.
+    child = [sys.executable, str(Path(__file__).resolve()), *argv, "--child"]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run(child, env=env, cwd=src, check=True, capture_output=True)
+    rows: list[dict[str, Any]] = json.loads(out.stdout)
+    return rows
+
+
+def _compare(args: argparse.Namespace, argv: list[str]) -> int:
+    here = Path(__file__).resolve().parents[1]
+    sides = [("this", here)]
+    sides += [(name, Path(src)) for name, _, src in (s.partition("=") for s in args.src)]
+    runs: dict[tuple[str, str, int, str, int], list[dict[str, Any]]] = {}
+    for _ in range(args.rounds):
+        for name, src in sides:
+            for row in _side_rows(src, argv):
+                key = (row["case"], name, row["backends"], row["snapshots"], row["block_tokens"])
+                runs.setdefault(key, []).append(row)
+    fields = ("p50_us", "p99_us", "cpu_p50_us", "cpu_p99_us")
+    rows = [
+        {"case": case, "side": side, "backends": size, "snapshots": snaps, "block_tokens": block,
+         **{f: statistics.median(r[f] for r in samples) for f in fields}}
+        for (case, side, size, snaps, block), samples in runs.items()
+    ]  # fmt: skip
+    ours = {(r["case"], r["backends"], r["snapshots"], r["block_tokens"]): r["cpu_p50_us"]
+            for r in rows if r["side"] == "this"}  # fmt: skip
+    print(f"{'case':<24}{'side':<10}{'block':>6}{'backends':>9}{'snapshots':>10}{'p50 us':>9}"
+          f"{'p99 us':>9}{'cpu p50':>9}{'cpu p99':>9}{'cpu p50 vs this':>17}")  # fmt: skip
+    for row in sorted(rows, key=lambda r: (r["block_tokens"], r["backends"], r["snapshots"],
+                                           r["case"], r["side"] != "this")):  # fmt: skip
+        base = ours.get((row["case"], row["backends"], row["snapshots"], row["block_tokens"]))
+        row["cpu_p50_vs_this"] = row["cpu_p50_us"] / base if base else None
+        ratio = "" if base is None else f"{row['cpu_p50_vs_this']:.2f}x"
+        print(
+            f"{row['case']:<24}{row['side']:<10}{row['block_tokens']:>6}{row['backends']:>9}"
+            f"{row['snapshots']:>10}{row['p50_us']:>9.1f}{row['p99_us']:>9.1f}"
+            f"{row['cpu_p50_us']:>9.1f}{row['cpu_p99_us']:>9.1f}{ratio:>17}"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / "bench_routing_sides.json"
+    meta = {"sides": {name: str(src) for name, src in sides}, "rounds": args.rounds,
+            "iterations": args.iterations, "load_average": os.getloadavg()}  # fmt: skip
+    target.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"wrote {target}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--iterations", type=int, default=3_000)
@@ -227,8 +284,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-tokens", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--policies", nargs="+", default=list(ALL_POLICIES))
     parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
+    parser.add_argument("--src", action="append", default=[], metavar="NAME=DIR",
+                        help="another checkout's routing/ as a side of the same run")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="with --src: rounds of all sides")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.src:
+        same = ["--iterations", str(args.iterations), "--seed", str(args.seed)]
+        same += ["--backends", *map(str, args.backends), "--policies", *args.policies]
+        return _compare(args, [*same, "--block-tokens", *map(str, args.block_tokens)])
     rows = _rows(args)
+    if args.child:
+        print(json.dumps(rows))
+        return 0
     baseline = {
         (r["block_tokens"], r["backends"], r["snapshots"]): r["p50_us"]
         for r in rows

@@ -13,6 +13,11 @@ of requests plus ``burst``. A request with a deadline explores only where even t
 prediction (the full learned offset) is within ``deadline_share`` of its deadline, so no
 exploration can miss a deadline the router expected to meet. ``explain`` shows what the next
 decision would explore without spending anything.
+
+A committed decision whose check found nothing worth exploring makes the next check wait
+``recheck_s``: ages grow by seconds against ``after_s`` and scores move little from one request
+to the next, while the check is a dozen array operations (~9 us) on every decision once the
+credit is there and nothing fits, the steady state of a healthy fleet.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class ExploreParams:
     within_ms: float = 50.0  # optimistic score within this of the best...
     within_rel: float = 0.5  # ...or this fraction of it
     deadline_share: float = 0.5  # a deadline must leave this much room beyond the prediction
+    recheck_s: float = 0.0  # a committed check that found nothing is not repeated for this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,9 @@ class Explorer:
         self.credit = 0.0  # earned by decisions: none explores before 1 / share of them
         self.explored = 0  # committed explorations
         self.decisions = 0  # committed decisions
+        self.quiet_until = -float("inf")  # no check before then (the last one found nothing)
+        self.checks = 0  # full checks run (decide and explain)
+        self._found_nothing_at: float | None = None  # the latest check's, until committed
 
     def candidate(
         self,
@@ -69,8 +78,11 @@ class Explorer:
     ) -> Exploration | None:
         """The eligible row worth re-measuring now, if the budget allows one."""
         p = self.params
-        if self.credit < 1.0 or len(rows) < 2:
+        self._found_nothing_at = None
+        if self.credit < 1.0 or len(rows) < 2 or now < self.quiet_until:
             return None
+        self.checks += 1
+        self._found_nothing_at = now
         age = now - learned.learned_at[rows]  # NaN: never observed, nothing to doubt
         stale = np.flatnonzero(age >= p.after_s)
         if len(stale) == 0:
@@ -87,6 +99,7 @@ class Explorer:
         if not fits.any():
             return None
         # The oldest evidence first: it is the one least known.
+        self._found_nothing_at = None
         pick = int(np.flatnonzero(fits)[np.argmax(age[stale][fits])])
         position = int(stale[pick])
         return Exploration(
@@ -98,6 +111,9 @@ class Explorer:
         p = self.params
         self.decisions += 1
         self.credit = min(self.credit + p.share, p.burst)
+        if self._found_nothing_at is not None:  # explain never commits: it leaves this alone
+            self.quiet_until = self._found_nothing_at + p.recheck_s
+            self._found_nothing_at = None
         if explored:
             self.credit -= 1.0
             self.explored += 1

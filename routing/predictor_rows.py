@@ -24,6 +24,7 @@ queue term counts; it is what long-form output is predicted with.)
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,6 +35,38 @@ from routing.predictor_params import PredictorParams
 
 _INF = float("inf")
 _NAN = float("nan")
+
+
+class Evidence(NamedTuple):
+    """A row's inputs to ``Prediction.capture`` that depend on no request and no clock."""
+
+    rtt_as_of: float | None  # None: not measured
+    rtt_unknown: bool  # ...and not in the region table either
+    metrics_as_of: float | None  # None: no engine metrics
+    learned_at: float  # NaN: nothing observed
+    traffic_at: float | None  # None: not serverless, or no traffic seen
+    cold_start_ms: float
+    prefill_samples: float
+    bias_dev_ms: float
+    ratio_p90: float
+    downstream_as_of: float
+
+
+def _evidence(view: FleetView, learned: LearnedColumns, row: int) -> Evidence:
+    traffic_at = view.last_traffic_at.item(row)
+    rtt = view.rtt_ms.item(row)
+    return Evidence(
+        view.rtt_as_of.item(row) if view.rtt_measured.item(row) else None,
+        rtt != rtt,
+        view.metrics_as_of.item(row) if view.has_metrics.item(row) else None,
+        learned.learned_at.item(row),
+        traffic_at if traffic_at == traffic_at and view.serverless.item(row) else None,
+        learned.cold_start_ms.item(row),
+        learned.prefill_samples.item(row),
+        learned.bias_dev_ms.item(row),
+        learned.ratio_p90.item(row),
+        view.downstream_as_of.item(row),
+    )
 
 
 class RowTerms:
@@ -48,6 +81,7 @@ class RowTerms:
         self.decode = empty  # step time of the batch a request's prefill would share (0: idle)
         # rtt + queue + half a step + bias + first-token overhead: every TTFT's first sum
         self.base = empty
+        self.base_and_step = empty  # base + decode: a one-step prefill's TTFT without it
         self.step_room = empty  # prefill tokens per step beside that batch
         self.itl = empty  # ITL at the batch a new request would join (long-form)
         self.others = empty  # ms a new request adds to the running batch per token it decodes
@@ -61,6 +95,7 @@ class RowTerms:
         self.slot_ms = empty
         self.free_slots = empty
         self.arriving = False  # any row with arrivals (else the predictor skips the terms)
+        self._arriving_rows: set[int] = set()  # ...which rows (kept per row: no array scan)
         self.idle_base = empty  # last traffic or reservation (-inf: none; +inf: never cold)
         self.cold_after = empty  # idle time where P(cold) starts to rise
         self.cold_ramp = empty  # ...and the idle time it takes to reach 1
@@ -69,6 +104,9 @@ class RowTerms:
         self.scaling_rows = np.zeros(0, dtype=np.intp)  # rows that scale to zero
         self.scales = False  # any backend that scales to zero
         self.min_room = 0.0
+        # Row -> what a candidate's breakdown reads that no request changes (``evidence``),
+        # read once per row until the row changes: a decision captures four candidates.
+        self._evidence: dict[int, Evidence] = {}
 
     def sync(
         self,
@@ -87,13 +125,21 @@ class RowTerms:
         self._version = view.version
         for row in rows:
             self._row(view, load, learned, row)
-        self.arriving = bool(self.arrivals.any() or self.arrival_rps.any())
+        self.arriving = bool(self._arriving_rows)
+
+    def evidence(self, view: FleetView, learned: LearnedColumns, row: int) -> Evidence:
+        """``row``'s signal times and learned spreads as they stand (synced to ``view``)."""
+        found = self._evidence.get(row)
+        if found is None:
+            found = self._evidence[row] = _evidence(view, learned, row)
+        return found
 
     def _allocate(self, view: FleetView, load: LoadColumns) -> None:
         self._view, self._load_generation = view, load.generation
+        self._evidence, self._arriving_rows = {}, set()
         size = len(view)
         for name in (
-            "rtt", "queue", "decode", "base", "step_room", "itl", "others", "idle_base",
+            "rtt", "queue", "decode", "base", "base_and_step", "step_room", "itl", "others", "idle_base",
             "cold_after", "cold_ramp", "warm_until", "keep_warm_due", "arrivals", "arrival_window",
             "arrival_rps", "slot_ms", "free_slots",
         ):  # fmt: skip
@@ -111,6 +157,7 @@ class RowTerms:
 
     def _row(self, view: FleetView, load: LoadColumns, learned: LearnedColumns, row: int) -> None:
         p = self.params
+        self._evidence.pop(row, None)  # every change of a row's view or learned columns
         rtt = view.rtt_ms.item(row)
         if rtt != rtt:  # NaN: neither a probe nor the region table knows
             rtt = p.same_region_rtt_ms if self._home[row] else p.unknown_rtt_ms
@@ -148,17 +195,23 @@ class RowTerms:
         self.rtt[row], self.queue[row], self.decode[row], self.step_room[row] = (
             rtt, queue, decode, room,
         )  # fmt: skip
-        self.base[row] = rtt + queue + 0.5 * decode + learned.bias_ms.item(row) + overhead
+        base = self.base[row] = rtt + queue + 0.5 * decode + learned.bias_ms.item(row) + overhead
+        self.base_and_step[row] = base + decode
         # A reservation the predictor does not describe: a typical request, ahead of later
         # ones until its first token.
         window = (0.5 * rtt + overhead + queue + per_queued) / 1000.0
         load.prefilling.window_s[row] = window
         load.prefilling.typical_ms[row] = per_queued
         others = view.others_uncached.item(row)
-        self.arrivals[row] = learned.queue_scale.item(row) * 1000.0 * others / rate * with_steps
+        arrivals = learned.queue_scale.item(row) * 1000.0 * others / rate * with_steps
+        self.arrivals[row] = arrivals
         # Others' arrivals are counted at admission: ahead from there until their first token.
         self.arrival_window[row] = (queue + per_queued) / 1000.0
-        self.arrival_rps[row] = view.others_requests.item(row)
+        rps = self.arrival_rps[row] = view.others_requests.item(row)
+        if arrivals or rps:
+            self._arriving_rows.add(row)
+        else:
+            self._arriving_rows.discard(row)
         self.slot_ms[row], self.free_slots[row] = slot_ms, seqs - depth - 1.0
         joined = depth + 1.0 if depth + 1.0 < seqs else seqs
         scale = 1.0 + slope * (joined / seqs - 0.5)

@@ -14,7 +14,10 @@ Holders are a bitmask per block (one bit per backend), not a set: a one-element 
 (measured: ``docs/memory.md``) and the index holds no container the collector must walk.
 
 Approximate on purpose: the index learns from what this router sent, not from the engines'
-eviction, so ``ttl_s`` should be about how long an engine keeps an idle prefix.
+eviction, so ``ttl_s`` should be about how long an engine keeps an idle prefix. In the same
+spirit, ``refresh_s`` (0: exact) lets a record leave a chain's times alone when its deepest
+held block was stamped no longer than that ago: re-stamping 250 blocks is ~10 us per record,
+most of a decision's prefix work, for an expiry moved by at most ``refresh_s``.
 """
 
 from __future__ import annotations
@@ -57,11 +60,15 @@ class PrefixIndex:
         ttl_s: float = 600.0,
         max_entries_per_backend: int = 50_000,
         max_entries_total: int = 1_000_000,
+        refresh_s: float = 0.0,
     ) -> None:
         if block_tokens <= 0 or ttl_s <= 0 or max_entries_per_backend <= 0:
             raise ValueError("block_tokens, ttl_s and max_entries_per_backend must be > 0")
         if max_entries_total < max_entries_per_backend:
             raise ValueError("max_entries_total must be >= max_entries_per_backend")
+        if not 0.0 <= refresh_s < ttl_s:
+            raise ValueError("refresh_s must be >= 0 and < ttl_s")
+        self.refresh_s = refresh_s
         self.block_tokens = block_tokens
         self.ttl_s = ttl_s
         self.max_entries_per_backend = max_entries_per_backend
@@ -90,11 +97,18 @@ class PrefixIndex:
         if seen is None:
             seen = self._seen[backend] = {}
         held = _held_depth(seen, hashes, None)
+        stamp, stamped = now, hashes
+        if held and self.refresh_s:
+            oldest = seen[hashes[held - 1]]  # times never increase along a chain
+            if oldest >= now - self.refresh_s:  # fresh enough: only new blocks are written,
+                if held == len(hashes):  # at the same time (never newer than those before)
+                    return
+                stamp, stamped = oldest, hashes[held:]
         holders, bit = self._holders, self._bit_of(backend)
         for block in hashes[held:]:
             holders[block] = holders.get(block, 0) | bit
         before = len(seen)
-        seen.update(zip(hashes, repeat(now)))  # cheaper than dict.fromkeys for long chains
+        seen.update(zip(stamped, repeat(stamp)))  # cheaper than dict.fromkeys for long chains
         self._total += len(seen) - before
         if len(seen) > self.max_entries_per_backend:
             self._shrink(backend, int(self.max_entries_per_backend * _KEEP_FRACTION), now)

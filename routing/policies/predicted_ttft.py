@@ -40,6 +40,14 @@ class PredictedTTFTParams(CommonParams):
     margin_rel: float = Field(default=0.03, ge=0, description="...or this fraction of the best")
     block_tokens: int = Field(default=16, gt=0, description="must match the profiles' block size")
     prefix_ttl_s: float = Field(default=600.0, gt=0)
+    prefix_refresh_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="a backend's prefix blocks stamped no longer than this ago are not "
+        "stamped again by the next request with them (0: every request does; at most a "
+        "tenth of prefix_ttl_s is used): their expiry moves by at most this, and a hot prefix costs one write "
+        "per backend per interval instead of one per request",
+    )
     # ~145 bytes an entry (docs/memory.md): 7 MB per backend, 145 MB in all at the bounds. 50k
     # blocks of 16 tokens is 800k tokens, more KV cache than an 80 GB engine holds.
     prefix_max_entries_per_backend: int = Field(default=50_000, gt=0)
@@ -99,6 +107,12 @@ class PredictedTTFTParams(CommonParams):
         default=50.0, ge=0, description="explore only within this of the best score..."
     )
     explore_within_rel: float = Field(default=0.5, ge=0, description="...or this fraction of it")
+    explore_recheck_s: float = Field(
+        default=0.25,
+        ge=0,
+        description="after a decision found no backend worth re-measuring, look again only "
+        "this much later (0: at every decision); the look costs ~9 us a decision",
+    )
     keep_warm_margin_ms: float = Field(
         default=50.0,
         ge=0,
@@ -169,6 +183,7 @@ class PredictedTTFTScorer:
             params.prefix_ttl_s,
             params.prefix_max_entries_per_backend,
             max(params.prefix_max_entries_total, params.prefix_max_entries_per_backend),
+            min(params.prefix_refresh_s, 0.1 * params.prefix_ttl_s),
         )
         self.learner = OnlineLearner(
             LearnerParams(
@@ -199,7 +214,7 @@ class PredictedTTFTScorer:
             ExploreParams(
                 share=params.explore_share, after_s=params.explore_after_s,
                 horizon_s=params.explore_horizon_s, within_ms=params.explore_within_ms,
-                within_rel=params.explore_within_rel,
+                within_rel=params.explore_within_rel, recheck_s=params.explore_recheck_s,
             )
         )  # fmt: skip
         self.prewarm = PrewarmParams(params.prewarm_share, params.prewarm_after)

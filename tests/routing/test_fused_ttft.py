@@ -92,7 +92,7 @@ def _fleet(states: dict[str, BackendState], gateways: bool) -> FleetSnapshot:
 
 
 def run(ops: list[tuple[str, int, int]]) -> FusedTTFTRouter:
-    params = {"max_ranked": 3, "explore_share": 0.05}
+    params = {"max_ranked": 3, "explore_share": 0.05, "explore_recheck_s": 0.6}
     fused = build_router("predicted_ttft", params, 5)
     generic = build_router("predicted_ttft", params, 5)
     assert isinstance(fused, FusedTTFTRouter)
