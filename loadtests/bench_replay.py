@@ -124,6 +124,7 @@ def replay(
     trace_out: Path,
     warmup_s: float,
     follow_samples: int = 0,
+    signals_after_s: float = 0.0,
 ) -> dict[str, Any]:
     recorded = from_bench_csv(csv_path, WORKLOAD)
     write_trace(trace_out, recorded)  # as recorded: no objective
@@ -141,7 +142,7 @@ def replay(
         }
         config_path.write_text(yaml.safe_dump(stripped))
         span = recorded.lines[-1].t_s - recorded.lines[0].t_s
-        fleet = replay_fleet(FLEET, config_path, None, span)
+        fleet = replay_fleet(FLEET, config_path, None, span, signals_after_s)
     assert not isinstance(fleet, str), fleet
     trace = ReplayTrace(recorded, fleet.scenario.regions, fleet.gateway_region)
     names = [g.name for g in fleet.scenario.backends]
@@ -239,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also follow until the router learned N recorded first tokens on every backend "
         "the recording used N times, compared from there (replay_follow.Follow.samples)",
     )  # fmt: skip
+    parser.add_argument(
+        "--signals-after", type=float, default=0.0, metavar="S",
+        help="the replays neither scrape nor probe for their first S s (a --from-csv recording "
+        "of a gateway that had just started)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.from_csv is not None:
@@ -250,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     trace_out = args.trace_out or args.out / f"bench_replay-{args.policy}.trace.jsonl"
     policies = list(dict.fromkeys([args.policy, "round_robin", "predicted_ttft", "slo_cost"]))
     doc = replay(
-        csv_path, config, policies, args.objective_ms, trace_out, args.warmup, args.follow_samples
-    )
+        csv_path, config, policies, args.objective_ms, trace_out, args.warmup,
+        args.follow_samples, args.signals_after,
+    )  # fmt: skip
     doc.update(policy=args.policy, rate=args.rate, duration_s=args.duration)
     rec = doc["recorded"]
     print(f"recorded under {args.policy}: {doc['requests']} requests, spend {rec['spend']:.4f}")

@@ -19,6 +19,7 @@ from loadtests.sim.fleet import SimBackend, build_fleet
 from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
+from loadtests.sim.signal_schedule import SignalSchedule
 from loadtests.sim.signals import SignalModel
 from loadtests.sim.trace import Trace, TraceRequest
 from routing.deadline import unmeetable
@@ -34,6 +35,7 @@ from routing.types import (
 )
 
 ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
+SIGNAL = 11  # one backend's scrape or probe on its own schedule (signal_schedule.py)
 REJECT_SUFFIX = "+reject"
 
 
@@ -71,6 +73,7 @@ class Simulation:
         self.by_name = {b.name: b for b in self.backends}
         self._truths = [EngineTruth(scenario, region, self.by_name) for region in trace.gateways]
         self.signals = SignalModel(scenario, self.backends, trace.gateways)
+        self._schedule = SignalSchedule(scenario.signals, self.backends, scenario.seed)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
         self.results = ResultColumns(len(trace), len(self.backends))
         self._requests = trace.requests()
@@ -86,7 +89,7 @@ class Simulation:
             ARRIVAL: self._arrival, SUBMIT: self._submit, WAKE: self._wake,
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
             SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
-            DELAY: self._delay, UNDELAY: self._undelay,
+            DELAY: self._delay, UNDELAY: self._undelay, SIGNAL: self._signal,
         }  # fmt: skip
 
     def _router(self, index: int, region: str) -> Router:
@@ -107,6 +110,8 @@ class Simulation:
         if background:
             self._push(background[0].at, BACKGROUND, 0)
         self._push(0.0, TICK, 0)
+        for at, ref in self._schedule.first() if self._schedule.active else ():
+            self._push(at, SIGNAL, ref)
         for i, event in enumerate(self.scenario.events):
             if isinstance(event, Slowdown):
                 self._push(event.start_s, SLOW, i)
@@ -303,15 +308,21 @@ class Simulation:
         step = signals.snapshot_interval_s
         every_scrape = max(1, round(signals.scrape_interval_s / step))
         every_probe = max(1, round(signals.probe_interval_s / step))
-        if n % every_probe == 0:
+        on_tick = not self._schedule.active and now >= signals.signals_after_s
+        if on_tick and n % every_probe == 0:
             self.signals.probe(now)
-        if n % every_scrape == 0:
+        if on_tick and n % every_scrape == 0:
             self.signals.scrape(now)
         self.signals.rebuild(now)
         self._warm_ups(now)
         self._serverless_time(now, step)
         if now < self.trace.span_s:
             self._push((n + 1) * step, TICK, n + 1)
+
+    def _signal(self, now: float, ref: int) -> None:
+        following = self._schedule.fire(ref, now, self.signals)
+        if now < self.trace.span_s:
+            self._push(following, SIGNAL, ref)
 
     def _slow(self, now: float, i: int) -> None:
         event = self.scenario.events[i]

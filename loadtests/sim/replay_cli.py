@@ -45,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "where the recording's was: loadtests/sim/replay_follow.py); compared after them",
     )  # fmt: skip
     replay.add_argument(
+        "--signals-after", type=float, default=0.0, metavar="S",
+        help="no scrape and no probe for the first S seconds: replays a gateway that had just "
+        "started (it routed its first requests on configuration alone)",
+    )  # fmt: skip
+    replay.add_argument(
         "--follow-samples", type=int, default=0, metavar="N",
         help="follow the recorded routes until the router learned N recorded first tokens on "
         "every backend the recording used N times (with --follow-recorded: whichever is first)",
@@ -92,7 +97,7 @@ def load(args: argparse.Namespace) -> tuple[Scenario, ReplayTrace, str | None] |
         )  # fmt: skip
         recorded = dataclasses.replace(recorded, lines=lines)
     span = recorded.lines[-1].t_s - recorded.lines[0].t_s
-    fleet = replay_fleet(args.fleet, args.config, args.gateway_region, span)
+    fleet = replay_fleet(args.fleet, args.config, args.gateway_region, span, args.signals_after)
     if isinstance(fleet, str):
         return fleet
     if args.save_trace is not None:

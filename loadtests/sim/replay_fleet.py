@@ -34,7 +34,9 @@ def _prices(config: GatewayConfig | None) -> Mapping[str, PriceConfig]:
 
 def _signals(config: GatewayConfig | None) -> dict[str, float]:
     """The recording gateway's scrape and probe intervals (the simulator's defaults without a
-    config): how often its router saw engine queues decides how often it routed on a stale one."""
+    config): how often its router saw engine queues decides how often it routed on a stale one;
+    and their jitter: each backend is then read on its own schedule, as the gateway's loops
+    read it (loadtests/sim/signal_schedule.py), not all at once on a shared tick."""
     if config is None:
         return {}
     scrape = config.signals.engine_metrics.interval_s
@@ -43,13 +45,20 @@ def _signals(config: GatewayConfig | None) -> dict[str, float]:
         "scrape_interval_s": scrape,
         "probe_interval_s": probe,
         "snapshot_interval_s": min(1.0, scrape, probe),
+        "schedule_jitter": config.signals.engine_metrics.jitter,
     }
 
 
 def replay_fleet(
-    fleet_path: Path, config_path: Path | None, gateway_region: str | None, span_s: float
+    fleet_path: Path,
+    config_path: Path | None,
+    gateway_region: str | None,
+    span_s: float,
+    signals_after_s: float = 0.0,
 ) -> ReplayFleet | str:
-    """The replay's scenario, or an error message naming the file."""
+    """The replay's scenario, or an error message naming the file. ``signals_after_s``: the
+    replay's gateway neither scrapes nor probes before then (``--signals-after``: the
+    recording gateway had just started, docs/replay.md)."""
     fleet = load_fleet(fleet_path)
     if isinstance(fleet, FleetError):
         return fleet.message
@@ -83,7 +92,7 @@ def replay_fleet(
         "clients": {"replay": {"region": region, "rate_rps": 1.0}},  # unused: arrivals are given
         "workloads": {"replay": {}},
         "policy_params": policy_params,
-        "signals": _signals(config),
+        "signals": {**_signals(config), "signals_after_s": signals_after_s},
     }
     scenario = parse_scenario(raw, str(fleet_path))
     if isinstance(scenario, ScenarioError):

@@ -146,6 +146,21 @@ class Signals(_Strict):
     snapshot_interval_s: float = Field(
         default=1.0, gt=0, description="how often a gateway rebuilds its fleet snapshot"
     )
+    schedule_jitter: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="> 0: each backend is scraped and probed on its own schedule, as the "
+        "gateway's signal loops run it (first within min(interval, 1 s), then every interval "
+        "+- this fraction; the snapshot is rebuilt at each, as the hub's is on the next "
+        "request); 0: all at once on the snapshot tick (loadtests/sim/signal_schedule.py)",
+    )
+    signals_after_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="no scrape and no probe before this time: a gateway that just started "
+        "routes on configuration alone (a replay of a cold gateway's recording)",
+    )
     engine_counters: bool = Field(
         default=False,
         description="gateways extrapolate other clients' arrivals (prefill tokens, requests) "

@@ -84,32 +84,45 @@ class SignalModel:
 
     def scrape(self, now: float) -> None:
         for backend in self.backends:
-            i = backend.index
-            scrape = Scrape(backend.engine.counters(now), now)
-            previous, self.scrapes[i] = self.scrapes[i], scrape
-            for gateway in self.gateways:
-                own_requests, own = gateway.own_arrived(i, now)
-                if previous is not None:  # the engine's counters, as the gateway's hub reads them
-                    new, old = scrape.counters, previous.counters
-                    gateway.others_uncached[i] = others_uncached_per_s(
-                        new.prefix_queries_tokens - old.prefix_queries_tokens,
-                        new.prefix_hits_tokens - old.prefix_hits_tokens,
-                        own, now - previous.at,
-                    )  # fmt: skip
-                    gateway.others_requests[i] = others_requests_per_s(
-                        new.requests - old.requests, own_requests, now - previous.at
-                    )
+            self.scrape_one(backend, now)
+
+    def scrape_one(self, backend: SimBackend, now: float) -> None:
+        """``backend``'s engine metrics, read now (``scrape`` reads every backend's at once;
+        a per-backend schedule, ``loadtests/sim/signal_schedule.py``, one at a time)."""
+        i = backend.index
+        scrape = Scrape(backend.engine.counters(now), now)
+        previous, self.scrapes[i] = self.scrapes[i], scrape
+        for gateway in self.gateways:
+            own_requests, own = gateway.own_arrived(i, now)
+            if previous is not None:  # the engine's counters, as the gateway's hub reads them
+                new, old = scrape.counters, previous.counters
+                gateway.others_uncached[i] = others_uncached_per_s(
+                    new.prefix_queries_tokens - old.prefix_queries_tokens,
+                    new.prefix_hits_tokens - old.prefix_hits_tokens,
+                    own, now - previous.at,
+                )  # fmt: skip
+                gateway.others_requests[i] = others_requests_per_s(
+                    new.requests - old.requests, own_requests, now - previous.at
+                )
 
     def probe(self, now: float) -> None:
-        jitter = self.scenario.signals.probe_jitter_ms
         for gateway in self.gateways:
             for backend in self.backends:
-                rtt = self.scenario.rtt(gateway.region, backend.region) + backend.probe_extra_ms
-                if backend.probe_rtt_ms is not None:
-                    rtt = backend.probe_rtt_ms
-                noisy = max(0.0, rtt + self._rng.gauss(0.0, jitter)) if jitter else rtt
-                gateway.probe_rtt_ms[backend.index] = noisy
-                gateway.probe_at[backend.index] = now
+                self._probe(gateway, backend, now)
+
+    def probe_one(self, backend: SimBackend, now: float) -> None:
+        """Every gateway probes ``backend`` now (a per-backend schedule's probe)."""
+        for gateway in self.gateways:
+            self._probe(gateway, backend, now)
+
+    def _probe(self, gateway: GatewaySignals, backend: SimBackend, now: float) -> None:
+        jitter = self.scenario.signals.probe_jitter_ms
+        rtt = self.scenario.rtt(gateway.region, backend.region) + backend.probe_extra_ms
+        if backend.probe_rtt_ms is not None:
+            rtt = backend.probe_rtt_ms
+        noisy = max(0.0, rtt + self._rng.gauss(0.0, jitter)) if jitter else rtt
+        gateway.probe_rtt_ms[backend.index] = noisy
+        gateway.probe_at[backend.index] = now
 
     def rebuild(self, now: float) -> None:
         for gateway in self.gateways:
