@@ -100,7 +100,7 @@ async def run_attempt(
     state = ctx.state
     timing = ConnectionTiming()
     sent_at = time.perf_counter()
-    hold = hold_upstream(reservation, state.fleet, ctx.metrics)
+    hold = hold_upstream(reservation, state.fleet, ctx.metrics, ctx.inbound.profile.prompt_tokens)
     response: aiohttp.ClientResponse | None = None
     first_token_s = ctx.policy.first_token_s
     try:

@@ -76,15 +76,17 @@ class UpstreamHold:
         if observation is None:
             self.reservation.release()
         else:
+            self.fleet.arrivals.answered(self.backend, observation.cached_tokens)  # its hits
             self.reservation.settle(observation)
 
 
 def hold_upstream(
-    reservation: Reservation, fleet: SignalHub, metrics: GatewayMetrics
+    reservation: Reservation, fleet: SignalHub, metrics: GatewayMetrics, prompt_tokens: int = 0
 ) -> UpstreamHold:
     """An attempt goes upstream on ``reservation``'s backend: count it everywhere at once."""
     name = reservation.backend
     fleet.on_request_start(name)
+    fleet.arrivals.sent(name, prompt_tokens)
     gauge = metrics.in_flight.labels(name)
     gauge.inc()
     return UpstreamHold(reservation, fleet, gauge)

@@ -60,6 +60,12 @@ class EngineMetricsConfig(BaseModel):
     concurrency: int = Field(
         default=8, ge=1, description="Scrapes running at once across all backends."
     )
+    others_arrivals: bool = Field(
+        default=False,
+        description="Extrapolate other clients' arrivals (uncached prompt tokens and requests "
+        "per second, from the engine's prefix-cache and finished-request counters less this "
+        "gateway's own) from each scrape until the next (routing.arrivals). vLLM only.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

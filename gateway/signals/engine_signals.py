@@ -53,6 +53,7 @@ class Signal(StrEnum):
     PREFIX_QUERIES = "prefix_cache_queries"
     PROMPT_CACHED = "prompt_tokens_cached"  # cumulative: cached prompt tokens
     PROMPT_TOKENS = "prompt_tokens"  # cumulative: prompt tokens (see _PROMPT_EXCLUDES_CACHED)
+    FINISHED = "requests_finished"  # cumulative: requests finished (every finished_reason)
 
 
 _RATIOS = frozenset({Signal.KV_CACHE_USAGE, Signal.PREFIX_HIT_RATE})
@@ -68,6 +69,7 @@ ENGINE_NAMES: Mapping[Engine, Mapping[Signal, tuple[str, ...]]] = {
         Signal.PREFIX_QUERIES: ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
         Signal.PROMPT_CACHED: ("vllm:prompt_tokens_cached_total",),
         Signal.PROMPT_TOKENS: ("vllm:prompt_tokens_total",),
+        Signal.FINISHED: ("vllm:request_success_total", "vllm:request_success"),
     },
     Engine.SGLANG: {
         Signal.RUNNING: ("sglang:num_running_reqs",),
@@ -119,6 +121,9 @@ class EngineSignals:
     kv_cache_usage: float | None = None  # 0..1
     prefix_cache_hit_rate: float | None = None  # 0..1, since the previous scrape when counted
     prefix_counters: PrefixCounters | None = None
+    # Requests finished, ever (vLLM's request_success_total, summed over finished_reason):
+    # with running + waiting, the requests the engine took in between two scrapes.
+    requests_finished: float | None = None
     missing: tuple[str, ...] = ()  # signals a current release of the engine exports, not found
 
 
@@ -202,6 +207,7 @@ def parse_engine_page(
             _hit_rate(found.get(Signal.PREFIX_HIT_RATE), counters, previous_counters)
         ),
         prefix_counters=counters,
+        requests_finished=found.get(Signal.FINISHED),
     )
     has_hit_rate = counters is not None or found.get(Signal.PREFIX_HIT_RATE) is not None
     present = {

@@ -28,6 +28,7 @@ from gateway.chain.config import ChainConfig
 from gateway.chain.poller import SummaryPoller
 from gateway.chain.report import DownstreamReport
 from gateway.observability.events import gateway_event
+from gateway.signals.arrivals_feed import ArrivalsFeed
 from gateway.signals.config import SignalsConfig as SignalsConfig
 from gateway.signals.engine_signals import EngineSignals
 from gateway.signals.errors import SignalError
@@ -83,6 +84,7 @@ class SignalHub(ProbeObserver):
         self._configured_region_rtt = dict(region_rtt_ms or {})
         self._metrics = SignalMetrics(registry) if registry is not None else None
         self._in_flight = dict.fromkeys(self._targets, 0)
+        self.arrivals = ArrivalsFeed(self._targets, config.engine_metrics.others_arrivals)
         self._last_traffic: dict[str, float] = {}
         self.outlier = OutlierDetector(self._targets, config.outlier, clock)
         self.prober = Prober(
@@ -276,7 +278,7 @@ class SignalHub(ProbeObserver):
         metrics_at = engine.as_of if engine is not None else None
         known = [at for at in (rtt_at, metrics_at) if at is not None]
         downstream = self.summaries.latest(name)
-        return BackendState(
+        return self.arrivals.filled(BackendState(
             spec=target.spec,
             healthy=name in health.healthy,
             ejected_until=None if health.panic else health.ejected_until.get(name),
@@ -291,7 +293,7 @@ class SignalHub(ProbeObserver):
             metrics_as_of=metrics_at,
             downstream_ttft_ms=downstream.ttft_ms if downstream is not None else None,
             downstream_as_of=downstream.as_of if downstream is not None else None,
-        )
+        ))  # fmt: skip
 
     def _region_rtts(self) -> dict[str, float]:
         """Configured gateway-to-region RTTs, replaced by the best probe RTT where measured
@@ -334,6 +336,7 @@ class SignalHub(ProbeObserver):
     ) -> None:
         self._dirty.add(backend)
         if isinstance(result, EngineSignals):
+            self.arrivals.scraped(backend, result)
             self._publish(backend)
         if self._metrics is not None:
             self._metrics.on_scrape(backend, result, duration_s)

@@ -53,6 +53,8 @@ class EngineMetrics:
         self.request_success = Counter(
             "vllm:request_success", "Finished requests", (*LABEL, "finished_reason"), registry=r
         )
+        for reason in ("stop", "length", "abort"):  # vLLM exports every reason from the start
+            self.request_success.labels(engine_model, reason)
         # Not vLLM's: the emulator's own error, how late its events left against the engine
         # model's times (per request: the worst; and the sum over every event, for the mean).
         self.emit_lag_max = Histogram(

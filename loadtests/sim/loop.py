@@ -288,7 +288,7 @@ class Simulation:
             self.results.cost[i] = price.tokens_cost(
                 request.prompt_tokens - cached, cached, int(output)
             )
-        self.signals.gateways[request.gateway].done(state.backend, now)
+        self.signals.gateways[request.gateway].done(state.backend, now, state.cached)
         self.routers[request.gateway].observe(
             Observation(
                 backend=self.backends[state.backend].name, at=now, ok=True,

@@ -164,9 +164,9 @@ class Signals(_Strict):
     engine_counters: bool = Field(
         default=False,
         description="gateways extrapolate other clients' arrivals (prefill tokens, requests) "
-        "between scrapes from the engines' counters (routing.arrivals); off by default: it "
-        "helps scenarios 1 and 4 but costs scenarios 2 and 3 their TTFT p99, and the "
-        "gateway's hub does not fill it yet",
+        "between scrapes from the engines' counters less their own (routing.arrivals), as "
+        "the gateway does with signals.engine_metrics.others_arrivals; off by default: it "
+        "pays in scenario 1 (TTFT p99) but not in scenario 2",
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from loadtests.emulator.engine import EngineCounters
 from loadtests.sim.fleet import SimBackend
 from loadtests.sim.scenario import Scenario
-from routing.arrivals import others_requests_per_s, others_uncached_per_s
+from routing.arrivals import ArrivalLedger, EngineTotals
 from routing.types import BackendState, FleetSnapshot
 
 
@@ -39,8 +39,7 @@ class GatewaySignals:
     # Per backend: prompt tokens sent, as (when they reach the engine: half the probed RTT
     # later, as the gateway would reckon it, tokens), not yet counted against a scrape.
     sending: list[deque[tuple[float, int]]] = field(default_factory=list)
-    others_uncached: list[float | None] = field(default_factory=list)  # routing.arrivals
-    others_requests: list[float | None] = field(default_factory=list)
+    ledgers: list[ArrivalLedger] = field(default_factory=list)  # routing.arrivals
 
     def sent(self, backend: int, now: float, prompt_tokens: int = 0) -> None:
         self.in_flight[backend] += 1
@@ -57,9 +56,12 @@ class GatewaySignals:
             count += 1
         return count, total
 
-    def done(self, backend: int, now: float) -> None:
+    def done(self, backend: int, now: float, cached_tokens: int = 0) -> None:
+        """A request came back; its usage reported ``cached_tokens`` (the gateway's own hits,
+        learned at the end of the answer, as the gateway's hub learns them)."""
         self.in_flight[backend] -= 1
         self.last_traffic[backend] = now
+        self.ledgers[backend].hit(cached_tokens)
 
 
 class SignalModel:
@@ -79,8 +81,7 @@ class SignalModel:
         ]  # fmt: skip
         for gateway in self.gateways:
             gateway.sending = [deque() for _ in range(size)]
-            gateway.others_uncached = [None] * size
-            gateway.others_requests = [None] * size
+            gateway.ledgers = [ArrivalLedger() for _ in range(size)]
 
     def scrape(self, now: float) -> None:
         for backend in self.backends:
@@ -91,19 +92,16 @@ class SignalModel:
         a per-backend schedule, ``loadtests/sim/signal_schedule.py``, one at a time)."""
         i = backend.index
         scrape = Scrape(backend.engine.counters(now), now)
-        previous, self.scrapes[i] = self.scrapes[i], scrape
+        self.scrapes[i] = scrape
+        counters = scrape.counters  # the engine's counters, as the gateway's hub reads them
+        totals = EngineTotals(
+            now, counters.prefix_queries_tokens, counters.prefix_hits_tokens, counters.requests
+        )
         for gateway in self.gateways:
             own_requests, own = gateway.own_arrived(i, now)
-            if previous is not None:  # the engine's counters, as the gateway's hub reads them
-                new, old = scrape.counters, previous.counters
-                gateway.others_uncached[i] = others_uncached_per_s(
-                    new.prefix_queries_tokens - old.prefix_queries_tokens,
-                    new.prefix_hits_tokens - old.prefix_hits_tokens,
-                    own, now - previous.at,
-                )  # fmt: skip
-                gateway.others_requests[i] = others_requests_per_s(
-                    new.requests - old.requests, own_requests, now - previous.at
-                )
+            ledger = gateway.ledgers[i]
+            ledger.sent(own, own_requests)
+            ledger.scraped(totals)
 
     def probe(self, now: float) -> None:
         for gateway in self.gateways:
@@ -136,6 +134,7 @@ class SignalModel:
             counters = scrape.counters if scrape is not None else None
             metrics_at = scrape.at if scrape is not None else None
             known = [at for at in (metrics_at, gateway.probe_at[i]) if at is not None]
+            ledger = gateway.ledgers[i]
             states[backend.name] = BackendState(
                 spec=backend.spec,
                 in_flight=gateway.in_flight[i],
@@ -147,7 +146,7 @@ class SignalModel:
                 as_of=max(known) if known else 0.0,
                 rtt_as_of=gateway.probe_at[i],
                 metrics_as_of=metrics_at,
-                others_uncached_per_s=gateway.others_uncached[i] if self.arrivals else None,
-                others_requests_per_s=gateway.others_requests[i] if self.arrivals else None,
+                others_uncached_per_s=ledger.uncached_per_s if self.arrivals else None,
+                others_requests_per_s=ledger.requests_per_s if self.arrivals else None,
             )
         return FleetSnapshot(states, gateway.region, gateway.region_rtt_ms, taken_at=now)

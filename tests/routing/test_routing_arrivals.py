@@ -5,32 +5,96 @@ from __future__ import annotations
 
 import pytest
 
-from routing.arrivals import others_requests_per_s, others_uncached_per_s
+from routing.arrivals import SMOOTHED_INTERVALS, ArrivalLedger, EngineTotals
 from routing.policies import build_router
 from routing.types import Candidate
 from tests.routing.routing_fixtures import fleet, profile, state
 
 
-def test_rate_is_the_others_uncached_share_per_second() -> None:
-    # 10,000 tokens admitted over 2 s, a quarter of them hits; 2,000 were ours.
-    assert others_uncached_per_s(10_000, 2_500, 2_000, 2.0) == pytest.approx(3_000.0)
+def _ledger(
+    *intervals: tuple[float, float, float, float | None], start: float = 0.0
+) -> ArrivalLedger:
+    """A ledger fed scrapes of cumulative (at, queries, hits, arrived) after one at zero."""
+    ledger = ArrivalLedger()
+    ledger.scraped(EngineTotals(start, 0.0, 0.0, 0.0))
+    for at, queries, hits, arrived in intervals:
+        ledger.scraped(EngineTotals(at, queries, hits, arrived))
+    return ledger
+
+
+def test_no_rate_before_two_scrapes() -> None:
+    ledger = ArrivalLedger()
+    assert (ledger.uncached_per_s, ledger.requests_per_s) == (None, None)
+    ledger.scraped(EngineTotals(0.0, 500.0, 0.0, 3.0))
+    assert (ledger.uncached_per_s, ledger.requests_per_s) == (None, None)
+
+
+def test_others_uncached_are_the_engines_less_ours_not_found_cached() -> None:
+    # 10,000 prompt tokens admitted over 2 s, 2,500 of them hits, 6 requests. 2 of them were
+    # ours: 2,000 tokens, of which our answers reported 1,500 cached. The others' uncached:
+    # 7,500 - 500 = 7,000 tokens (their 8,000 with 1,000 hits), 4 requests.
+    ledger = ArrivalLedger()
+    ledger.scraped(EngineTotals(0.0, 0.0, 0.0, 0.0))
+    ledger.sent(1_200)
+    ledger.sent(800)
+    ledger.hit(1_500)
+    ledger.scraped(EngineTotals(2.0, 10_000.0, 2_500.0, 6.0))
+    assert ledger.uncached_per_s == pytest.approx(3_500.0)
+    assert ledger.requests_per_s == pytest.approx(2.0)
+    # Ours are counted once: the next interval has none of them.
+    ledger.scraped(EngineTotals(3.0, 10_000.0, 2_500.0, 6.0))
+    assert ledger.uncached_per_s == pytest.approx(3_500.0)  # a quiet second weighs nothing
+
+
+def test_ours_never_make_the_others_negative() -> None:
+    ledger = ArrivalLedger()
+    ledger.scraped(EngineTotals(0.0, 0.0, 0.0, 0.0))
+    ledger.sent(1_500, requests=3)  # counted by us before the engine counted them
+    ledger.hit(-5)  # a nonsense report counts as no hit
+    ledger.scraped(EngineTotals(1.0, 1_000.0, 0.0, 2.0))
+    assert (ledger.uncached_per_s, ledger.requests_per_s) == (0.0, 0.0)
+
+
+def test_rates_are_smoothed_over_the_last_intervals_by_the_requests_each_saw() -> None:
+    # 1 request bringing 1,000 tokens in the first second, 3 with 9,000 in the next.
+    ledger = _ledger((1.0, 1_000.0, 0.0, 1.0), (2.0, 10_000.0, 0.0, 4.0))
+    assert ledger.uncached_per_s == pytest.approx((1 * 1_000 + 3 * 9_000) / 4)
+    assert ledger.requests_per_s == pytest.approx((1 * 1 + 3 * 3) / 4)
+    # An interval older than the window is forgotten.
+    for k in range(SMOOTHED_INTERVALS):
+        ledger.scraped(EngineTotals(3.0 + k, 10_000.0 + 500 * (k + 1), 0.0, 4.0 + k + 1))
+    assert ledger.uncached_per_s == pytest.approx(500.0)
+    assert ledger.requests_per_s == pytest.approx(1.0)
+
+
+def test_a_window_where_nothing_arrived_says_zero() -> None:
+    ledger = _ledger((1.0, 0.0, 0.0, 0.0))
+    assert (ledger.uncached_per_s, ledger.requests_per_s) == (0.0, 0.0)
+
+
+def test_an_engine_without_a_request_counter_gives_tokens_weighted_by_time() -> None:
+    ledger = _ledger((1.0, 1_000.0, 0.0, None), (3.0, 4_000.0, 0.0, None))
+    assert ledger.uncached_per_s == pytest.approx((1.0 * 1_000 + 2.0 * 1_500) / 3.0)
+    assert ledger.requests_per_s is None
 
 
 @pytest.mark.parametrize(
-    ("queries", "hits", "own", "interval", "expected"),
+    "after",
     [
-        (0, 0, 0, 1.0, 0.0),  # no traffic
-        (1_000, 0, 1_500, 1.0, 0.0),  # all of it ours (ours counted before the engine did)
-        (1_000, 0, 0, 0.0, None),  # no interval
-        (-5, 0, 0, 1.0, None),  # counters reset: an engine restart
-        (100, -1, 0, 1.0, None),
-        (100, 200, 0, 1.0, None),  # more hits than queries: not a page we can read
+        EngineTotals(2.0, 500.0, 0.0, 5.0),  # queries went back: the engine restarted
+        EngineTotals(2.0, 1_500.0, 2_000.0, 5.0),  # more hits than queries: unreadable
+        EngineTotals(2.0, 1_500.0, -1.0, 5.0),
+        EngineTotals(2.0, 1_500.0, 0.0, 1.0),  # fewer requests ever: a restart
+        EngineTotals(1.0, 1_500.0, 0.0, 5.0),  # no time passed
     ],
 )
-def test_rate_edge_cases(
-    queries: float, hits: float, own: float, interval: float, expected: float | None
-) -> None:
-    assert others_uncached_per_s(queries, hits, own, interval) == expected
+def test_a_reset_forgets_the_window(after: EngineTotals) -> None:
+    ledger = _ledger((1.0, 1_000.0, 0.0, 2.0))
+    assert ledger.uncached_per_s == pytest.approx(1_000.0)
+    ledger.scraped(after)
+    assert (ledger.uncached_per_s, ledger.requests_per_s) == (None, None)
+    ledger.scraped(EngineTotals(after.at + 1.0, after.queries + 100.0, max(after.hits, 0.0), 9.0))
+    assert ledger.uncached_per_s is not None  # measured again from the next interval on
 
 
 def _queue(others: float | None, now: float, scraped: float = 10.0) -> Candidate:
@@ -57,14 +121,6 @@ def test_the_term_moves_the_predicted_ttft_by_the_queue() -> None:
     grown = busy.terms_ms["queue"] - quiet.terms_ms["queue"]
     assert grown > 0
     assert busy.predicted_ttft_ms - quiet.predicted_ttft_ms == pytest.approx(grown)
-
-
-@pytest.mark.parametrize(
-    ("arrived", "own", "interval", "expected"),
-    [(12, 4, 2.0, 4.0), (3, 5, 1.0, 0.0), (4, 0, 0.0, None), (-1, 0, 1.0, None)],
-)
-def test_request_rate(arrived: float, own: float, interval: float, expected: float | None) -> None:
-    assert others_requests_per_s(arrived, own, interval) == expected
 
 
 def _slots(running: int, rps: float, now: float) -> float:
