@@ -6,18 +6,23 @@ from __future__ import annotations
 import pytest
 
 from loadtests.emulator.engine import SequenceRequest
-from loadtests.sim.fleet import build_fleet
+from loadtests.sim.fleet import SimBackend, build_fleet
 from loadtests.sim.signals import SignalModel
 from tests.sim.conftest import build, tiny
 
 
-def _model(on: bool) -> tuple[SignalModel, list[float]]:
-    raw = tiny(gateways={"near": 2}, signals={"engine_counters": on})
-    scenario = build(raw)
+def _two_gateways(on: bool) -> tuple[SignalModel, list[SimBackend]]:
+    """Two gateways in one region, probed and scraped at zero."""
+    scenario = build(tiny(gateways={"near": 2}, signals={"engine_counters": on}))
     backends = build_fleet(scenario)
     model = SignalModel(scenario, backends, ["near", "near"])
     model.probe(0.0)
     model.scrape(0.0)
+    return model, backends
+
+
+def _model(on: bool) -> tuple[SignalModel, list[float]]:
+    model, backends = _two_gateways(on)
     engine = backends[0].engine
     # Gateway 0 sends 3 requests of 1,000 tokens, gateway 1 one; none of them cached.
     for k, gateway in enumerate((0, 0, 0, 1)):
@@ -48,12 +53,7 @@ def test_a_gateways_own_cache_hits_are_not_taken_for_the_others() -> None:
     # Gateway 0 sends the same 1,024-token prompt twice: the second is found cached (all but
     # its last token, which is always computed), and its answer says so before the scrape.
     # Gateway 1 sends one uncached prompt. Each sees only the other's uncached tokens.
-    raw = tiny(gateways={"near": 2}, signals={"engine_counters": True})
-    scenario = build(raw)
-    backends = build_fleet(scenario)
-    model = SignalModel(scenario, backends, ["near", "near"])
-    model.probe(0.0)
-    model.scrape(0.0)
+    model, backends = _two_gateways(True)
     engine, shared, other = backends[0].engine, tuple(range(64)), tuple(range(100, 164))
     for k, (gateway, hashes, at) in enumerate(
         ((0, shared, 0.1), (1, other, 0.2), (0, shared, 1.0))
