@@ -117,17 +117,18 @@ def shared_keys_ctx(
 
 def door_check(
     authenticator: Authenticator, quotas: Quotas | None = None
-) -> Callable[[str | None, str | None, str], str]:
+) -> Callable[[str | None, str | None, str], Principal]:
     """For a door without middleware (gRPC): authenticate, authorize the model, take one
     request from the key's and tenant's quotas (429 → RESOURCE_EXHAUSTED; its tokens are not
-    counted there, but a key out of tokens is refused), the tenant."""
+    counted there, but a key out of tokens is refused); who the call acts for (its tenant, and
+    its key, whose class sets the objective: gateway/objectives.py)."""
 
-    def check(authorization: str | None, claimed_tenant: str | None, model: str) -> str:
+    def check(authorization: str | None, claimed_tenant: str | None, model: str) -> Principal:
         principal = authenticator.authenticate(authorization, claimed_tenant)
         authorize(principal, model)
         if quotas is not None:
             quotas.admit(principal.key_id, principal.tenant, 0)
-        return principal.tenant
+        return principal
 
     return check
 

@@ -84,6 +84,7 @@ class RelayBackend:
             peer=request.peer,
             forwarded_for=request.forwarded_for or None,
             timeout_s=request.timeout_s,
+            key_id=request.key_id,
             forward=dict(request.forward_metadata),
         )
         inbound: InboundRequest | None = None

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from gateway.auth.keys import Principal
 from gateway.errors import ApiError
 from gateway.grpc.chunk_convert import (
     MalformedChunk,
@@ -64,8 +65,9 @@ Chunk = TypeVar(
 )
 
 
-# (authorization metadata, claimed tenant, model) -> the tenant to act for, or raises ApiError.
-Authenticate = Callable[[str | None, str | None, str], str]
+# (authorization metadata, claimed tenant, model) -> who the call acts for (its tenant and API
+# key), or raises ApiError.
+Authenticate = Callable[[str | None, str | None, str], Principal]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +172,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             )
         metadata = _text_metadata(context)
         tenant = converted.tenant or metadata.get(TENANT_KEY)
+        key_id: str | None = None
         if self.limits.authenticate is not None:
             try:
                 model = str(converted.body.get("model", ""))
-                tenant = self.limits.authenticate(metadata.get(AUTHORIZATION_KEY), tenant, model)
+                principal = self.limits.authenticate(metadata.get(AUTHORIZATION_KEY), tenant, model)
+                tenant, key_id = principal.tenant, principal.key_id
             except ApiError as err:
                 failure = failure_for_error(err)
                 await context.abort(failure.code, failure.details, failure.trailing_metadata)
@@ -182,6 +186,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             body=body,
             request_id=request_id,
             tenant=tenant,
+            key_id=key_id,
             timeout_s=context.time_remaining(),
             forward_metadata=tuple((k, v) for k, v in metadata.items() if k in FORWARDED_KEYS),
             received_at=received_at,

@@ -44,6 +44,7 @@ class BackendRequest:
     body: bytes  # the OpenAI JSON body, exactly as the HTTP door would receive it
     request_id: str
     tenant: str | None = None
+    key_id: str | None = None  # the API key the call came with (gateway/auth): its objective class
     timeout_s: float | None = None  # what is left of the client's gRPC deadline, if it set one
     # Client metadata worth forwarding (traceparent, ...), already filtered by the servicer.
     forward_metadata: Metadata = ()

@@ -8,14 +8,18 @@ import itertools
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
 from gateway.app import RunningGateway
 from gateway.auth.keys import digest, new_key
 from gateway.config import ConfigError, GatewayConfig, parse_config
+from gateway.grpc.client import inference_stub
+from gateway.grpc.mount import GRPC_SERVER
 from gateway.objectives import OBJECTIVE_HEADER
 from gateway.state_keys import METRICS
 from gateway.timing import parse
+from proto.meridian.v1 import inference_pb2 as pb
 from tests.gateway.support import MODEL, EmulatorFactory, GatewayFactory
 
 CHAT = {
@@ -203,3 +207,51 @@ async def test_an_api_keys_class_sets_the_objective_before_its_tenants(
 def test_a_keys_class_must_exist() -> None:
     with pytest.raises(ConfigError, match=r"keys.abcd1234: class 'gold' is not in"):
         _config({"us-east": "http://h"}, objectives={"keys": {"abcd1234": "gold"}})
+
+
+async def test_an_api_keys_class_sets_the_objective_on_the_grpc_door_too(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    """The gRPC door authenticates the call's ``authorization`` metadata as the HTTP door does
+    its header, and the key it finds picks the class: the batch key's call goes to the cheap
+    region, the other key's (the tenant's default, tight class) stays local."""
+    batch_key, batch_id = new_key()
+    other_key, other_id = new_key()
+    local = await emulator("us-east")
+    remote = await emulator("eu-west", rtt_ms=REMOTE_RTT_MS)
+    objectives = {
+        "classes": {"interactive": {"ttft_ms": 60}, "batch": {"ttft_ms": 5000}},
+        "keys": {batch_id: "batch"},
+        "default_class": "interactive",
+    }
+    auth = {
+        "mode": "keys",
+        "keys": [
+            {"id": key_id, "sha256": digest(key), "tenant": "acme"}
+            for key, key_id in ((batch_key, batch_id), (other_key, other_id))
+        ],
+    }
+    running = await gateway(
+        _config(
+            {"us-east": local.url, "eu-west": remote.url}, objectives=objectives, auth=auth,
+            listen={"host": "127.0.0.1", "port": 0, "grpc_port": 0},
+        )
+    )  # fmt: skip
+    request = pb.ChatCompletionRequest(
+        model=MODEL, messages=[pb.ChatMessage(role="user", text="hi")], max_tokens=4
+    )
+    routes = []
+    async with grpc.aio.insecure_channel(running.app[GRPC_SERVER].target) as channel:
+        for key in (batch_key, other_key):
+            call = inference_stub(channel).ChatCompletion(
+                request, metadata=(("authorization", f"Bearer {key}"),), timeout=30.0
+            )
+            chunks = [chunk async for chunk in call]
+            assert chunks and await call.code() is grpc.StatusCode.OK
+            initial = dict(await call.initial_metadata() or ())
+            timing = {e.name: e for e in parse(str(initial["server-timing"]))}
+            routes.append((str(initial["x-meridian-route"]), timing["objective"].desc or ""))
+    (batch_route, batch_desc), (other_route, other_desc) = routes
+    assert "backend=eu-west" in batch_route and "class=batch" in batch_desc
+    assert "backend=us-east" in other_route and "class=interactive" in other_desc
+    assert remote.stats.requests == 1 and local.stats.requests == 1
