@@ -4,6 +4,12 @@ An event can *end the wait for the first token* without carrying one: a finish-o
 (``"delta": {}`` with a ``finish_reason``, llama.cpp's and vLLM's last chunk) is what an empty
 generation sends first. Such an event still starts the stream, but it is not a token: counting
 it made ``output_tokens`` one too many and added a ~0 ms gap to the inter-token statistics.
+
+A JSON object that is not shaped like a chunk (``"choices": 5``, a choice or a ``delta`` that
+is not an object, ``tool_calls`` that are not a list of objects) is *malformed*, not "no
+token": :func:`chunk_output` says None, and the relay ends the stream as
+``upstream_malformed`` instead of letting a door's translator trip over it. The checks are
+``isinstance`` tests on what the walk reads anyway, so a well-formed event costs the same.
 """
 
 from __future__ import annotations
@@ -14,17 +20,47 @@ from typing import Any
 _DELTA_OUTPUT_KEYS = ("content", "tool_calls", "reasoning_content", "function_call", "refusal")
 
 
-def carries_token(obj: Mapping[str, Any] | None) -> bool:
-    """Whether a chunk (chat or completions) carries generated output, not just a finish,
-    a role announcement or usage."""
-    if obj is None:
-        return False
-    for choice in obj.get("choices") or ():
-        if not isinstance(choice, Mapping):
-            continue
+def chunk_output(obj: Mapping[str, Any]) -> bool | None:
+    """Whether a chunk (chat or completions) carries generated output, not just a finish, a
+    role announcement or usage; None when it is not shaped like a chunk at all. Every choice
+    is checked (a translator reads them all), not only those before the first token."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return False if choices is None else None
+    output = False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return None
         if choice.get("text"):
-            return True
+            output = True
         delta = choice.get("delta")
-        if isinstance(delta, Mapping) and any(delta.get(key) for key in _DELTA_OUTPUT_KEYS):
-            return True
-    return False
+        if delta is None:
+            continue
+        if not isinstance(delta, dict):
+            return None
+        for key in _DELTA_OUTPUT_KEYS:
+            if delta.get(key):
+                output = True
+                break
+        calls = delta.get("tool_calls")
+        if calls and not _tool_calls_shaped(calls):  # empty or null: nothing to read
+            return None
+    return output
+
+
+def _tool_calls_shaped(calls: object) -> bool:
+    """A list of objects whose ``function``, when present, is an object."""
+    if not isinstance(calls, list):
+        return False
+    for call in calls:
+        if not isinstance(call, dict):
+            return False
+        function = call.get("function")
+        if function is not None and not isinstance(function, dict):
+            return False
+    return True
+
+
+def carries_token(obj: Mapping[str, Any] | None) -> bool:
+    """:func:`chunk_output` as a yes/no: a malformed chunk carries no token."""
+    return obj is not None and chunk_output(obj) is True

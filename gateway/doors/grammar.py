@@ -5,6 +5,11 @@ The relay core (gateway/attempt.py, gateway/stream.py) reads every upstream stre
 one of these, so the first-event-before-headers rule, retries before it, the inter-token
 timeout and the timing summary work the same for chat completions, the Responses API and
 Anthropic Messages. A grammar is pure: it looks at parsed events, never at a socket.
+
+An event that parses as JSON but is not shaped like its format's events (``"choices": 5``, a
+Messages ``delta`` that is not an object) parses as None, exactly like a non-JSON one, so the
+relay ends the stream as ``upstream_malformed`` (or, before the first token, tries the next
+backend) and nothing after :meth:`Grammar.parse` reads a shape it did not check.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 import orjson
 
 from gateway.sse import SseEvent
-from gateway.token_events import carries_token
+from gateway.token_events import chunk_output
 
 Obj = dict[str, Any]
 
@@ -45,15 +50,23 @@ class Grammar:
     name: str = "openai"
 
     def parse(self, event: SseEvent) -> tuple[bool, Obj | None]:
-        """(whether the event ends the wait for the first token, its JSON object)."""
+        """(whether the event ends the wait for the first token, its JSON object); the object
+        is None for a data event that is not JSON or not shaped like this format's events."""
         if event.is_done:
             return True, None
         obj = _object(event)
         if obj is None:
             return False, None
-        if self.error(obj) is not None or self.counts_token(obj) or self.ends(event, obj):
+        output = self.output(obj)
+        if output is None:
+            return False, None
+        if output or self.error(obj) is not None or self.ends(event, obj):
             return True, obj
         return self._finishes(obj), obj
+
+    def output(self, obj: Obj) -> bool | None:
+        """Whether the event carries generated output; None when it is malformed."""
+        return chunk_output(obj)
 
     def plain_token(self, event: SseEvent) -> bool | None:
         """For an event whose bytes cannot carry an error, a usage or a finish (nor hide one
@@ -71,14 +84,14 @@ class Grammar:
         ):
             return None
         obj = _object(event)
-        return None if obj is None else carries_token(obj)
+        return None if obj is None else chunk_output(obj)  # malformed: None, the full path
 
     def _finishes(self, obj: Obj) -> bool:
         choices = obj.get("choices") or ()
         return any(isinstance(c, dict) and c.get("finish_reason") is not None for c in choices)
 
     def counts_token(self, obj: Obj) -> bool:
-        return carries_token(obj)
+        return self.output(obj) is True
 
     def ends(self, event: SseEvent, obj: Obj | None) -> bool:
         return event.is_done
@@ -120,8 +133,14 @@ class ResponsesGrammar(Grammar):
     def _finishes(self, obj: Obj) -> bool:
         return False
 
-    def counts_token(self, obj: Obj) -> bool:
-        return obj.get("type") in _RESPONSES_TOKENS and bool(obj.get("delta"))
+    def output(self, obj: Obj) -> bool | None:
+        kind = obj.get("type")
+        if not isinstance(kind, str):
+            return False if kind is None else None
+        response = obj.get("response")
+        if response is not None and not isinstance(response, dict):
+            return None
+        return kind in _RESPONSES_TOKENS and bool(obj.get("delta"))
 
     def ends(self, event: SseEvent, obj: Obj | None) -> bool:
         return obj is not None and obj.get("type") in _RESPONSES_ENDS
@@ -131,7 +150,7 @@ class ResponsesGrammar(Grammar):
         if kind == "error":
             return str(obj.get("message") or obj.get("code") or "error")[:500]
         if kind == "response.failed":
-            error = (obj.get("response") or {}).get("error") or {}
+            error = (obj.get("response") or {}).get("error") or {}  # a dict: parse checked
             return str(error.get("message") if isinstance(error, dict) else error)[:500]
         return None
 
@@ -153,11 +172,16 @@ class MessagesGrammar(Grammar):
     def _finishes(self, obj: Obj) -> bool:
         return obj.get("type") == "message_delta"
 
-    def counts_token(self, obj: Obj) -> bool:
-        if obj.get("type") != "content_block_delta":
-            return False
-        delta = obj.get("delta") or {}
-        return bool(delta.get("text") or delta.get("partial_json") or delta.get("thinking"))
+    def output(self, obj: Obj) -> bool | None:
+        kind = obj.get("type")
+        if kind == "content_block_delta":
+            delta = obj.get("delta")
+            if not isinstance(delta, dict):
+                return None
+            return bool(delta.get("text") or delta.get("partial_json") or delta.get("thinking"))
+        if kind == "message_start" and not isinstance(obj.get("message") or {}, dict):
+            return None
+        return False
 
     def ends(self, event: SseEvent, obj: Obj | None) -> bool:
         return obj is not None and obj.get("type") == "message_stop"

@@ -19,9 +19,11 @@ from proto.meridian.v1 import inference_pb2 as pb
 
 @dataclass(frozen=True, slots=True)
 class MalformedChunk(Exception):
-    """A backend chunk that is not shaped like an OpenAI stream chunk."""
+    """A backend chunk that is not shaped like an OpenAI stream chunk. ``message`` is what
+    the client is told; ``detail`` (the converter's exception) is for the log only."""
 
     message: str
+    detail: str = ""
 
     def __str__(self) -> str:
         return self.message
@@ -109,7 +111,7 @@ def chat_chunk_from_json(data: Mapping[str, Any]) -> pb.ChatCompletionChunk:
         chunk = pb.ChatCompletionChunk(choices=[_chat_choice(c) for c in data.get("choices") or ()])
         _fill_envelope(chunk, data)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise MalformedChunk(f"chat chunk from backend is malformed: {exc!r}") from None
+        raise MalformedChunk("chat chunk from backend is malformed", repr(exc)) from None
     return chunk
 
 
@@ -142,7 +144,7 @@ def completion_chunk_from_json(data: Mapping[str, Any]) -> pb.CompletionChunk:
         )
         _fill_envelope(chunk, data)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise MalformedChunk(f"completion chunk from backend is malformed: {exc!r}") from None
+        raise MalformedChunk("completion chunk from backend is malformed", repr(exc)) from None
     return chunk
 
 

@@ -48,6 +48,7 @@ from gateway.lifecycle.seam import (
     StreamFailed,
     StreamOpened,
 )
+from gateway.scrub import scrub
 from proto.meridian.v1 import inference_pb2 as pb
 from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
 
@@ -224,7 +225,8 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                     try:
                         yield from_json(event.data)
                     except MalformedChunk as err:
-                        log.warning("request_id=%s %s", backend_request.request_id, err)
+                        rid = backend_request.request_id
+                        log.warning("request_id=%s %s %s", rid, err, scrub(err.detail))
                         await context.abort(grpc.StatusCode.INTERNAL, str(err))
                 elif isinstance(event, StreamOpened):
                     await context.send_initial_metadata(event.metadata)

@@ -148,7 +148,8 @@ class ChatToMessages:
 
     def _tool(self, call: Obj) -> bytes:
         out = b""
-        position = int(call.get("index") or 0)
+        index = call.get("index")  # the grammar checked the shape, not every value
+        position = index if isinstance(index, int) else 0
         function = call.get("function") or {}
         if position not in self.tool_blocks:
             block = {"type": "tool_use", "id": call.get("id") or f"toolu_{position}"}
