@@ -19,6 +19,7 @@ from gateway.grpc.mount import GRPC_SERVER
 from gateway.objectives import OBJECTIVE_HEADER
 from gateway.state_keys import METRICS
 from gateway.timing import parse
+from loadtests.emulator.server import RunningEmulator
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.gateway.support import MODEL, EmulatorFactory, GatewayFactory
 
@@ -172,11 +173,12 @@ def test_objective_classes_must_exist() -> None:
         _config({"us-east": "http://h"}, objectives={"classes": {"header": {"ttft_ms": 1}}})
 
 
-async def test_an_api_keys_class_sets_the_objective_before_its_tenants(
+async def _two_keys(
     emulator: EmulatorFactory, gateway: GatewayFactory
-) -> None:
-    """Two keys of one tenant: the one whose id the config gives the batch class goes to the
-    cheap region; the other gets the tenant's (default) tight class and stays local."""
+) -> tuple[RunningGateway, str, str, RunningEmulator, RunningEmulator]:
+    """A gateway (HTTP and gRPC) in front of a local and a cheaper remote emulator, and two
+    keys of one tenant: the first's id has the batch class, the second gets the tenant's
+    default tight class."""
     batch_key, batch_id = new_key()
     other_key, other_id = new_key()
     local = await emulator("us-east")
@@ -193,9 +195,18 @@ async def test_an_api_keys_class_sets_the_objective_before_its_tenants(
             for key, key_id in ((batch_key, batch_id), (other_key, other_id))
         ],
     }
-    running = await gateway(
-        _config({"us-east": local.url, "eu-west": remote.url}, objectives=objectives, auth=auth)
-    )
+    listen = {"host": "127.0.0.1", "port": 0, "grpc_port": 0}
+    urls = {"us-east": local.url, "eu-west": remote.url}
+    running = await gateway(_config(urls, objectives=objectives, auth=auth, listen=listen))
+    return running, batch_key, other_key, local, remote
+
+
+async def test_an_api_keys_class_sets_the_objective_before_its_tenants(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    """Two keys of one tenant: the one whose id the config gives the batch class goes to the
+    cheap region; the other gets the tenant's (default) tight class and stays local."""
+    running, batch_key, other_key, _, _ = await _two_keys(emulator, gateway)
     status, route, timing, _ = await _send(running.url, {"Authorization": f"Bearer {batch_key}"})
     assert status == 200 and "backend=eu-west" in route
     assert "class=batch" in (timing["objective"].desc or "")
@@ -215,28 +226,7 @@ async def test_an_api_keys_class_sets_the_objective_on_the_grpc_door_too(
     """The gRPC door authenticates the call's ``authorization`` metadata as the HTTP door does
     its header, and the key it finds picks the class: the batch key's call goes to the cheap
     region, the other key's (the tenant's default, tight class) stays local."""
-    batch_key, batch_id = new_key()
-    other_key, other_id = new_key()
-    local = await emulator("us-east")
-    remote = await emulator("eu-west", rtt_ms=REMOTE_RTT_MS)
-    objectives = {
-        "classes": {"interactive": {"ttft_ms": 60}, "batch": {"ttft_ms": 5000}},
-        "keys": {batch_id: "batch"},
-        "default_class": "interactive",
-    }
-    auth = {
-        "mode": "keys",
-        "keys": [
-            {"id": key_id, "sha256": digest(key), "tenant": "acme"}
-            for key, key_id in ((batch_key, batch_id), (other_key, other_id))
-        ],
-    }
-    running = await gateway(
-        _config(
-            {"us-east": local.url, "eu-west": remote.url}, objectives=objectives, auth=auth,
-            listen={"host": "127.0.0.1", "port": 0, "grpc_port": 0},
-        )
-    )  # fmt: skip
+    running, batch_key, other_key, local, remote = await _two_keys(emulator, gateway)
     request = pb.ChatCompletionRequest(
         model=MODEL, messages=[pb.ChatMessage(role="user", text="hi")], max_tokens=4
     )
