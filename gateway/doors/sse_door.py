@@ -25,10 +25,9 @@ from gateway.errors import ApiError
 from gateway.http_socket.policy import DOOR, body_too_slow
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, request_id_from
-from gateway.lifecycle.core import Arrival, Exchange, accept, forward_headers, refused
+from gateway.lifecycle.call import CoreCall
+from gateway.lifecycle.core import Arrival, refused
 from gateway.quota.limiter import QUOTAS
-from gateway.relay import Relay
-from gateway.signals.outlier import FailureKind
 from gateway.sse import comment
 from gateway.sse_writer import ClientTooSlow, SseWriter
 from gateway.state_keys import RELAY
@@ -86,8 +85,6 @@ async def serve(
     relay = request.app[RELAY]
     quotas = request.app[QUOTAS]
     request_id = request_id_from(request.headers.get("X-Request-Id"))
-    writer: SseWriter | None = None
-    inbound: InboundRequest | None = None
     try:
         principal = principal_of(request)
         arrival = Arrival(
@@ -103,56 +100,69 @@ async def serve(
             key_id=principal.key_id,
             forward=_passed_through(request),
         )
+    except (ApiError, ImpossibleState) as exc:  # before the core: no key, a bad or slow body
+        refusal = exc if isinstance(exc, ApiError) else internal_error(request_id, "http", exc)
+        refused(relay, "http", endpoint, request_id, received_at, None, refusal)
+        return wire.error_response(refusal, {"X-Request-Id": request_id})
 
-        def check(parsed: InboundRequest) -> None:
-            authorize(principal, parsed.model)  # 403: scope or model not allowed for this key
-            quotas.admit(principal.key_id, principal.tenant, parsed.profile.prompt_tokens)  # 429
+    def check(parsed: InboundRequest) -> None:
+        authorize(principal, parsed.model)  # 403: scope or model not allowed for this key
+        quotas.admit(principal.key_id, principal.tenant, parsed.profile.prompt_tokens)  # 429
 
-        inbound = accept(relay, arrival, check)
-        forward = forward_headers(arrival, inbound)
-        if inbound.stream and relay.config.streams.early_headers != "never":
-            writer = SseWriter(request, relay.config.streams)
-            opened = await _open_keeping_alive(relay, inbound, forward, writer, request_id)
-        else:
-            opened = await relay.open(inbound, forward)
-    except (ApiError, ImpossibleState) as exc:
-        error = exc if isinstance(exc, ApiError) else internal_error(request_id, "http", exc)
-        refused(relay, "http", endpoint, request_id, received_at, inbound, error)
-        if writer is not None and (response := writer.response) is not None:
-            return await _error_after_headers(writer, response, wire.stream_error(error))
-        return wire.error_response(error, {"X-Request-Id": request_id})
-
-    exchange = Exchange(relay, arrival, inbound, opened)
-    try:
-        if not inbound.stream:
-            exchange.completed()
-            return _whole_body(
-                request_id, opened, wire.whole_body(inbound, opened, opened.exchange.body or b"")
-            )
-        writer = writer or SseWriter(request, relay.config.streams)
-        await _relay_stream(request, writer, request_id, exchange, wire.codec(inbound, opened))
-        return writer.response or _client_left()
+    call = CoreCall(relay, arrival, check)
+    writer: SseWriter | None = None
+    try:  # whatever happens from here, the call is closed (released, counted) once
+        try:
+            inbound = call.accept()
+            if inbound.stream and relay.config.streams.early_headers != "never":
+                writer = SseWriter(request, relay.config.streams)
+                await _open_keeping_alive(call, writer, request_id)
+            else:
+                await call.open()
+        except (ApiError, ImpossibleState) as exc:  # a refusal: the call counted it
+            if isinstance(exc, ImpossibleState) and call.started:
+                raise  # the door's own, after the open finished: ended as internal below
+            error = exc if isinstance(exc, ApiError) else call.impossible(exc)
+            if writer is not None and (response := writer.response) is not None:
+                return await _error_after_headers(writer, response, wire.stream_error(error))
+            return wire.error_response(error, {"X-Request-Id": request_id})
+        return await _answer(request, call, writer, wire)
     except ImpossibleState as exc:
-        exchange.internal()
+        if call.started:
+            call.exchange.internal()
         error = internal_error(request_id, "http", exc)
         if writer is not None and (response := writer.response) is not None:
             return await _error_after_headers(writer, response, wire.stream_error(error))
         return wire.error_response(error, {"X-Request-Id": request_id})
     finally:
-        exchange.close()
-        quotas.charge(principal.key_id, principal.tenant, opened.exchange.output_tokens())
+        call.close()
+        if call.started:
+            tokens = call.opened.exchange.output_tokens()
+            quotas.charge(principal.key_id, principal.tenant, tokens)
 
 
-async def _open_keeping_alive(
-    relay: Relay,
-    inbound: InboundRequest,
-    forward: dict[str, str],
-    writer: SseWriter,
-    request_id: str,
-) -> OpenedStream:
-    """Open while sending SSE comment keepalives; the headers go out early (operator's choice)."""
-    streams = relay.config.streams
-    task = asyncio.ensure_future(relay.open(inbound, forward))
+async def _answer(
+    request: web.Request, call: CoreCall, writer: SseWriter | None, wire: DoorWire
+) -> web.StreamResponse:
+    """The opened call, as one body or as a stream."""
+    inbound, opened = call.exchange.inbound, call.opened
+    request_id = inbound.request_id
+    if not inbound.stream:
+        call.exchange.completed()
+        return _whole_body(
+            request_id, opened, wire.whole_body(inbound, opened, opened.exchange.body or b"")
+        )
+    writer = writer or SseWriter(request, request.app[RELAY].config.streams)
+    await _relay_stream(request, writer, request_id, call, wire.codec(inbound, opened))
+    return writer.response or _client_left()
+
+
+async def _open_keeping_alive(call: CoreCall, writer: SseWriter, request_id: str) -> OpenedStream:
+    """Open while sending SSE comment keepalives; the headers go out early (operator's choice).
+    If the door fails (the client left) after the open finished, the caller's ``call.close()``
+    ends the request like any other: released, counted."""
+    streams = call.relay.config.streams
+    task = asyncio.ensure_future(call.open())
     headers = {"X-Request-Id": request_id}
     try:
         if streams.early_headers == "always":
@@ -169,8 +179,8 @@ async def _open_keeping_alive(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, ApiError):
                 await task
-        elif not task.cancelled() and task.exception() is None:
-            relay.finish(inbound, task.result(), time.perf_counter(), FailureKind.CANCELLED)
+        elif not task.cancelled():
+            task.exception()  # retrieved: a refusal was counted by the call
         raise
 
 
@@ -216,12 +226,12 @@ async def _relay_stream(
     request: web.Request,
     writer: SseWriter,
     request_id: str,
-    exchange: Exchange,
+    call: CoreCall,
     codec: StreamCodec,
 ) -> None:
-    """Write the stream; tells ``exchange`` how it ended (it stays cancelled if the client
-    went away)."""
-    opened = exchange.opened
+    """Write the call's raw view; tells its exchange how it ended (it stays cancelled if the
+    client went away)."""
+    exchange, opened = call.exchange, call.opened
     safety = request.app[RELAY].safety
     writer.track_upstream(opened.exchange.buffered_bytes)
     safety.stream_started(writer)
@@ -230,7 +240,7 @@ async def _relay_stream(
             await writer.write(comment("meridian-route " + opened.route.header()))
         else:
             await writer.start(_response_headers(request_id, opened))
-        async for batch in opened.exchange.all_batches():  # one upstream read -> one write
+        async for batch in call.batches():  # one upstream read -> one write
             parts: list[bytes] = []
             for event in batch:
                 if event is opened.exchange.ended_by:  # [DONE], response.completed, message_stop

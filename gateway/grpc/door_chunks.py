@@ -11,7 +11,7 @@ door's wire (``gateway/doors/wire.py``) writes it, over gRPC these objects becom
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -19,7 +19,7 @@ import orjson
 from gateway.doors.messages.door import MessagesWire
 from gateway.doors.wire import public_model_renamer
 from gateway.inbound import Endpoint, InboundRequest
-from gateway.sse import SseSplitter
+from gateway.sse import SseEvent, SseSplitter
 from gateway.stream import OpenedStream, StreamBroken
 
 
@@ -41,10 +41,14 @@ def _object(data: bytes, what: str) -> dict[str, Any]:
     return value
 
 
+Events = Callable[[], AsyncIterator[SseEvent]]
+
+
 async def door_chunks(
-    inbound: InboundRequest, opened: OpenedStream
+    inbound: InboundRequest, opened: OpenedStream, events: Events
 ) -> AsyncIterator[dict[str, Any]]:
-    """The objects to send, in order; raises :class:`StreamBroken` or
+    """The objects to send, in order, from ``events`` (the call's parsed view,
+    :meth:`gateway.lifecycle.call.CoreCall.events`); raises :class:`StreamBroken` or
     :class:`UpstreamErrorEvent` when the exchange fails."""
     rename = public_model_renamer(inbound, opened)
     if opened.exchange.body is not None:  # a non-streaming exchange: its whole answer
@@ -54,10 +58,10 @@ async def door_chunks(
         yield answer
         return
     if inbound.endpoint is Endpoint.MESSAGES:
-        async for event in _messages_events(inbound, opened):
+        async for event in _messages_events(inbound, opened, events):
             yield event
         return
-    async for sse in opened.exchange.all_events():
+    async for sse in events():
         if sse.is_done:
             return
         if sse.data is None:
@@ -69,11 +73,11 @@ async def door_chunks(
 
 
 async def _messages_events(
-    inbound: InboundRequest, opened: OpenedStream
+    inbound: InboundRequest, opened: OpenedStream, events: Events
 ) -> AsyncIterator[dict[str, Any]]:
     codec = MessagesWire().codec(inbound, opened)
     splitter = SseSplitter()
-    async for sse in opened.exchange.all_events():
+    async for sse in events():
         for event in splitter.feed(codec.encode(sse)):
             if event.data is None:
                 continue  # keepalive comments

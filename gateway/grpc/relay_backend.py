@@ -1,9 +1,9 @@
 """The gRPC door on the gateway's own relay: same parsing, routing, fallback and timing as HTTP.
 
-A thin door over the door-neutral core (:mod:`gateway.lifecycle.core`), like every HTTP door
-(:mod:`gateway.doors.sse_door`): accept the body as an HTTP request would be, let the relay walk
-the ranked candidates until one produces a first token, then stream; the core classifies the
-ending and counts it, as for HTTP. The route and
+A thin door over the door-neutral seam object (:class:`gateway.lifecycle.call.CoreCall`), the
+same one every HTTP door (:mod:`gateway.doors.sse_door`) uses: accept the body as an HTTP
+request would be, let the relay walk the ranked candidates until one produces a first token,
+then stream the call's parsed view; the core classifies the ending and counts it, as for HTTP. The route and
 this hop's ``server-timing`` entries become initial metadata at that moment (like the HTTP
 response headers); the end-of-stream summary (the HTTP ``meridian-timing`` comment line) becomes
 trailing metadata, on success and on a mid-stream failure alike.
@@ -11,7 +11,6 @@ trailing metadata, on success and on a mid-stream failure alike.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -21,9 +20,9 @@ import orjson
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.grpc.door_chunks import UpstreamErrorEvent, door_chunks
-from gateway.impossible import ImpossibleState, internal_error
-from gateway.inbound import Endpoint, InboundRequest, request_id_from, tenant_from
-from gateway.lifecycle.core import Arrival, Exchange, accept, forward_headers, refused
+from gateway.inbound import Endpoint, request_id_from, tenant_from
+from gateway.lifecycle.call import CoreCall
+from gateway.lifecycle.core import Arrival
 from gateway.lifecycle.seam import (
     BackendEvent,
     BackendRequest,
@@ -70,15 +69,13 @@ class RelayBackend:
     async def list_models(self) -> Sequence[ModelEntry]:
         return [ModelEntry(model) for model in self.config.models()]
 
-    async def _open(
-        self, request: BackendRequest, endpoint: Endpoint
-    ) -> tuple[Arrival, InboundRequest, OpenedStream] | StreamFailed:
-        request_id = request_id_from(request.request_id)
+    def call(self, request: BackendRequest) -> CoreCall:
+        """The seam object for ``request``: the same :class:`CoreCall` the HTTP door uses."""
         arrival = Arrival(
             "grpc",
-            endpoint,
+            Endpoint(request.kind.value),
             request.body,
-            request_id,
+            request_id_from(request.request_id),
             tenant_from(request.tenant),
             request.received_at,
             peer=request.peer,
@@ -87,35 +84,18 @@ class RelayBackend:
             key_id=request.key_id,
             forward=dict(request.forward_metadata),
         )
-        inbound: InboundRequest | None = None
-        try:
-            inbound = accept(self.relay, arrival)
-            forward = forward_headers(arrival, inbound)
-            # The client's deadline bounds routing and every attempt; after the first token
-            # gRPC itself enforces it by cancelling the call.
-            async with asyncio.timeout(request.timeout_s):
-                opened = await self.relay.open(inbound, forward, door="grpc")
-        except (ApiError, ImpossibleState) as exc:
-            error = exc if isinstance(exc, ApiError) else internal_error(request_id, "grpc", exc)
-            refused(self.relay, "grpc", endpoint, request_id, request.received_at, inbound, error)
-            return _failed(error)
-        except TimeoutError:
-            message = "the call's deadline passed before any backend produced a first token"
-            error = ApiError(504, message, "server_error", "deadline_exceeded")
-            refused(self.relay, "grpc", endpoint, request_id, request.received_at, inbound, error)
-            return _failed(error)
-        return arrival, inbound, opened
+        return CoreCall(self.relay, arrival)
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
-        endpoint = Endpoint(request.kind.value)
-        result = await self._open(request, endpoint)
-        if isinstance(result, StreamFailed):
-            yield result
-            return
-        arrival, inbound, opened = result
-        # Until told otherwise the client went away (the generator closed or was cancelled).
-        exchange = Exchange(self.relay, arrival, inbound, opened)
+        call = self.call(request)
         try:
+            try:
+                opened = await call.open()  # a refusal is counted and logged by the call
+            except ApiError as error:
+                yield _failed(error)
+                return
+            # Until told otherwise the client went away (the generator closed or was cancelled).
+            exchange, inbound = call.exchange, call.exchange.inbound
             initial = [
                 (ROUTE_KEY, opened.route.header()),
                 (TIMING_KEY, render(opened.entries)),
@@ -124,20 +104,21 @@ class RelayBackend:
             if opened.hop is not None:  # this hop's span (W3C traceresponse), as over HTTP
                 initial.append(("traceresponse", opened.hop.trace.traceparent()))
             yield StreamOpened(tuple(initial))
-            async for data in door_chunks(inbound, opened):  # per API: gateway/grpc/door_chunks
+            async for data in door_chunks(inbound, opened, call.events):  # per API
                 yield StreamChunk(data)
             exchange.completed()
             yield StreamEnded(summary_metadata(opened.summary(time.perf_counter())))
         except UpstreamErrorEvent as event:
-            exchange.ended_by("upstream_error_event")
-            yield self._error_event(event.data, opened)
+            call.exchange.ended_by("upstream_error_event")
+            yield self._error_event(event.data, call.opened)
         except StreamBroken as broken:
             # Drained, past its deadline or the gateway's own fault: not the backend's
             # (decided in gateway/lifecycle/outcome.py, by the core, as on the HTTP door).
-            exchange.broke(broken)
-            yield _failed(broken.error, summary_metadata(opened.summary(time.perf_counter())))
+            call.exchange.broke(broken)
+            summary = call.opened.summary(time.perf_counter())
+            yield _failed(broken.error, summary_metadata(summary))
         finally:
-            exchange.close()
+            call.close()
 
     def _error_event(self, data: dict[str, Any], opened: OpenedStream) -> StreamFailed:
         error = data.get("error")

@@ -6,20 +6,16 @@ takes a request into the core and out of it through these, and nothing else.
    (the door's own checks — an API key's scope, a quota — run in between, via ``check``).
 2. :func:`forward_headers` — what every hop sends upstream (request id, the tenant a chained
    gateway believes from a hop key, the door's pass-through headers).
-3. :func:`open_exchange` — the relay walks the ranked candidates until one produces a first
-   token; a refusal is counted once (``meridian_requests_total``) and logged by the core.
+3. ``Relay.open`` — the relay walks the ranked candidates until one produces a first token;
+   a refusal is counted once (:func:`refused`: ``meridian_requests_total``) and logged.
 4. :class:`Exchange` — the request from its first token to its end. The door says what
    happened (:meth:`~Exchange.completed`, :meth:`~Exchange.broke`, ...); :meth:`Exchange.close`
    classifies it once (:mod:`gateway.lifecycle.outcome`), releases every resource
    (``Relay.finish``, :mod:`gateway.lifecycle.handles`) and counts the outcome — identically
    for every door, so metrics, learning and outlier detection cannot disagree between doors.
 
-Files a new door touches: its own package (``gateway/doors/<name>/``: parse its wire format
-into an :class:`Arrival`, render the :class:`~gateway.stream.OpenedStream`'s events in its
-format — an HTTP door usually only writes a :class:`~gateway.doors.wire.DoorWire` and calls
-:func:`gateway.doors.sse_door.serve`), plus one registration line: ``gateway/doors/routes.py``
-for an HTTP door, ``gateway/grpc/mount.py`` for a gRPC service. Nothing in this package, the
-relay, routing or the observability code changes.
+Doors do not call these one by one: :class:`gateway.lifecycle.call.CoreCall` strings them
+together (and says which files a new door touches).
 """
 
 from __future__ import annotations

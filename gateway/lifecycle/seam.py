@@ -5,7 +5,8 @@ A door converts its wire request into the OpenAI body the HTTP door would receiv
 to an :class:`InferenceBackend`; it gets back a stream of events (:data:`BackendEvent`) and turns
 them into its own chunks, metadata and status. The gRPC servicer is such a door. Two
 implementations: the gateway's relay core (:class:`gateway.grpc.relay_backend.RelayBackend`:
-routing, fallback, per-hop timing, through :mod:`gateway.lifecycle.core` like every HTTP door)
+routing, fallback, per-hop timing — the parsed view of a :class:`gateway.lifecycle.call.CoreCall`,
+the seam object whose raw view every HTTP door writes)
 and :class:`gateway.grpc.direct_backend.DirectHttpBackend`, which calls one OpenAI-compatible
 server directly (the baseline for the overhead benchmark). It lived in ``gateway/grpc/backend.py``,
 which re-exports it.

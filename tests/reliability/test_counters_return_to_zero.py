@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -22,8 +23,12 @@ import pytest
 
 from gateway.app import RunningGateway, start_gateway
 from gateway.config import parse_config
+from gateway.errors import ApiError
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
+from gateway.inbound import Endpoint
+from gateway.lifecycle.call import CoreCall
+from gateway.lifecycle.core import Arrival
 from gateway.relay_state import RelayState
 from gateway.reload import Reloader
 from gateway.state_keys import RELAY
@@ -332,3 +337,43 @@ async def test_streams_across_reloads_return_every_counter_to_zero_grpc(
     await settle(lambda: len(_retired(caplog)) == 2)
     assert "closed 2 retired upstream pool(s)" in _retired(caplog)
     no_invalid_transition(caplog)
+
+
+def _requests(rig: Rig, model: str, outcome: str) -> float:
+    labels = {"protocol": "http", "endpoint": "chat", "model": model, "status": outcome}
+    return metric_value(rig.gateway, "meridian_requests_total", labels)
+
+
+async def test_a_call_left_as_its_open_finished_is_released_and_counted_once(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The HTTP door's keepalive open: the client leaves in the instant the open finished, so
+    the door never renders the call. Its ``finally: call.close()`` ends it like every other
+    request (it used to call ``Relay.finish`` itself, and ``meridian_requests_total`` never
+    counted it): released, not learned from, counted once as cancelled."""
+    body = json.dumps(_body("slow", tokens=500)).encode()
+    arrival = Arrival("http", Endpoint.CHAT, body, "left-at-open", "default", time.perf_counter())
+    call = CoreCall(rig.relay, arrival)
+    before = _requests(rig, "m-slow", "cancelled")
+    await call.open()
+    assert call.started and rig.counters()["active"] == 1
+    assert _requests(rig, "m-slow", "cancelled") == before  # not counted while it is open
+    call.close()
+    call.close()  # once, however often the door's paths close it
+    assert _requests(rig, "m-slow", "cancelled") == before + 1
+    await rig.back_to_zero()
+    no_invalid_transition(caplog)
+
+
+async def test_a_refused_call_is_counted_once_and_closes_to_nothing(rig: Rig) -> None:
+    body = json.dumps(_body("refused")).encode()
+    call = CoreCall(
+        rig.relay, Arrival("http", Endpoint.CHAT, body, "r", "default", time.perf_counter())
+    )
+    before = _requests(rig, "m-refused", "503")
+    with pytest.raises(ApiError) as refused:
+        await call.open()
+    assert refused.value.status == 503 and not call.started
+    call.close()  # nothing to end: the relay core released it all
+    assert _requests(rig, "m-refused", "503") == before + 1
+    await rig.back_to_zero()
