@@ -47,7 +47,7 @@ async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
     if server_config is None:
         yield
         return
-    backend = RelayBackend(app[RELAY], app[CONFIG], app[METRICS])
+    backend = RelayBackend(app[RELAY], app[METRICS])
     limits = dataclasses.replace(
         server_config.limits, authenticate=door_check(app[AUTH], app[QUOTAS])
     )

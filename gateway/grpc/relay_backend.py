@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 
-from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.grpc.door_chunks import UpstreamErrorEvent, door_chunks
 from gateway.inbound import Endpoint, request_id_from, tenant_from
@@ -61,13 +60,13 @@ def summary_metadata(summary: dict[str, Any]) -> Metadata:
 class RelayBackend:
     """An :class:`~gateway.lifecycle.seam.InferenceBackend` over the process's one :class:`Relay`."""
 
-    def __init__(self, relay: Relay, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+    def __init__(self, relay: Relay, metrics: GatewayMetrics) -> None:
         self.relay = relay
-        self.config = config
         self.metrics = metrics
 
     async def list_models(self) -> Sequence[ModelEntry]:
-        return [ModelEntry(model) for model in self.config.models()]
+        # The relay's current configuration, as the HTTP door's /v1/models: a reload shows.
+        return [ModelEntry(model) for model in self.relay.config.models()]
 
     def call(self, request: BackendRequest) -> CoreCall:
         """The seam object for ``request``: the same :class:`CoreCall` the HTTP door uses."""

@@ -34,6 +34,7 @@ from gateway.reload import Reloader
 from gateway.state_keys import RELAY
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
+from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import FAST_ENGINE, chat
 from tests.reliability.support import metric_value, router_in_flight
 from tests.servers import engine_holds, leave_once_admitted, refusing_port, settle
@@ -329,6 +330,9 @@ async def test_streams_across_reloads_return_every_counter_to_zero_grpc(
         waiter = stub.ChatCompletion(chat(model="m-single", max_tokens=4))
         stalled = stub.ChatCompletion(chat(model="m-stall", max_tokens=4))
         await _across_reloads(rig)
+        # The gRPC model listing follows the reload too (it kept the start-up config).
+        listed = {m.id for m in (await stub.ListModels(pb.ListModelsRequest())).models}
+        assert "m-ok" in listed and not listed & {"m-single", "m-stall"}
         holder.cancel()
         replies = [reply async for reply in waiter]
         assert replies and await waiter.code() is grpc.StatusCode.OK
