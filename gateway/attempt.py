@@ -39,19 +39,26 @@ from routing.types import Candidate, Observation
 log = logging.getLogger("meridian.attempt")
 
 _CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
+# "This server does not serve that API" (501; 404 for an API path it has no route for): the
+# backend is not at fault and its answer teaches nothing about its latency — the next
+# candidate is tried, nothing goes to outlier detection or the learner.
+UNSERVED_STATUSES = frozenset({404, 501})
 _MAX_ERROR_BODY = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptFailure:
     backend: str
-    kind: str  # connect | timeout | status | error_event | malformed | empty
+    kind: str  # connect | timeout | status | unserved | error_event | malformed | empty
     message: str
     status: int | None = None
     retry_after_s: float | None = None
 
     def outlier_kind(self) -> FailureKind:
-        """How outlier detection counts it: 429 is back-pressure, not a fault."""
+        """How outlier detection counts it: 429 is back-pressure, not a fault; an unserved
+        API says nothing about the backend (counted like a cancelled request: not at all)."""
+        if self.kind == "unserved":
+            return FailureKind.CANCELLED
         if self.kind == "connect":
             return FailureKind.CONNECT_ERROR
         if self.kind == "timeout":
@@ -202,6 +209,9 @@ async def _status_failure(name: str, response: aiohttp.ClientResponse) -> Attemp
         raise ChainError(ChainErrorKind.LOOP, message).api_error()
     if response.status in _CLIENT_ERROR_STATUSES:
         raise ApiError(response.status, message, "invalid_request_error", "upstream_rejected")
+    if response.status in UNSERVED_STATUSES:
+        log.info("backend=%s does not serve this API (HTTP %d)", name, response.status)
+        return AttemptFailure(name, "unserved", status_words(response.status), response.status)
     log.warning("backend=%s HTTP %d: %s", name, response.status, message)
     return AttemptFailure(
         name, "status", status_words(response.status), response.status, retry_after(response)
@@ -215,12 +225,14 @@ def failed(
     response: aiohttp.ClientResponse | None,
 ) -> AttemptFailure:
     """An attempt failed before its first token: counted, and its hold ended with what the
-    router learns from it."""
+    router learns from it (nothing from an unserved API)."""
     ctx.metrics.upstream_attempts.labels(failure.backend, failure.kind).inc()
     _close(response)
-    observation = Observation(
-        backend=failure.backend, at=time.monotonic(), ok=False, error_kind=failure.kind
-    )
+    observation = None
+    if failure.kind != "unserved":
+        observation = Observation(
+            backend=failure.backend, at=time.monotonic(), ok=False, error_kind=failure.kind
+        )
     hold.end(failure.outlier_kind(), observation)
     return failure
 

@@ -360,6 +360,10 @@ def _ending_before_first_token(state: State, exc: BaseException, drain: DrainSta
 def _error_for(failures: list[AttemptFailure], message: str) -> ApiError:
     retry_afters = [f.retry_after_s for f in failures if f.retry_after_s is not None]
     retry_after = min(retry_afters) if retry_afters else None
+    if all(f.kind == "unserved" for f in failures):  # no candidate serves this API
+        if all(f.status == 404 for f in failures):
+            return ApiError(404, message, "invalid_request_error", "not_served")
+        return ApiError(501, message, "server_error", "not_implemented")
     if all(f.status == 429 for f in failures):
         return upstream_failed(message, 429, retry_after or 1.0)
     if all(f.kind == "timeout" for f in failures):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -72,6 +73,14 @@ class FaultConfig(_Frozen):
     die_after_tokens: int | None = Field(default=None, ge=0, description="close mid-stream after N")
     drip_ms: float = Field(default=0.0, ge=0, description="extra inter-token latency (slow drip)")
     refuse_connections: bool = Field(default=False, description="reset every non-admin connection")
+    unserved_paths: tuple[str, ...] = Field(
+        default=(),
+        description="API paths (e.g. /v1/embeddings) answered unserved_status, as by a server "
+        "built without them",
+    )
+    unserved_status: Literal[404, 501] = Field(
+        default=501, description="the answer to an unserved path: 501 Not Implemented or 404"
+    )
 
 
 class EmulatedBackendConfig(_Frozen):

@@ -247,6 +247,10 @@ async def refuse_middleware(request: web.Request, handler: Handler) -> web.Strea
         backend.stats.errors += 1
         drop_connection(request)
         return web.Response(status=503)  # never sent: the connection is already reset
+    if request.path in backend.faults.unserved_paths:  # a server built without this API
+        status = backend.faults.unserved_status
+        body = {"error": {"message": "not served here", "type": "NotFoundError", "code": status}}
+        return web.Response(status=status, body=orjson.dumps(body), content_type=JSON)
     return await handler(request)
 
 
