@@ -4,6 +4,10 @@ aiohttp answers a request it cannot parse (a control byte in a header, a bad Con
 with a text body that quotes the offending line — often ``Authorization: Bearer <key>`` — and
 logs it with a traceback, once per request. :class:`DoorRequestHandler` answers in the OpenAI
 shape with fixed words instead, and logs one line naming only the status and the peer.
+
+A head that never finishes gets a 408, then the socket *lingers* (:class:`HeadTimeoutLinger`)
+instead of closing at once: closing a socket whose partial head the loop has not read yet is a
+reset, and a reset can cost the client the 408 written just before it.
 """
 
 from __future__ import annotations
@@ -39,11 +43,42 @@ def error_body(status: int) -> bytes:
     return orjson.dumps(body)
 
 
+# After a head-timeout 408: how long, and for how many more bytes, the socket is read (and what
+# it reads thrown away) before it is closed, so the close is a FIN after the 408, not a reset.
+# Bounded both ways: a slowloris client cannot hold the socket longer or feed it more.
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 1024
+
 _TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
     + f"Content-Length: {len(error_body(408))}\r\n\r\n".encode()
     + error_body(408)
 )
+
+
+class HeadTimeoutLinger:
+    """The 408 is written, the write side shut (the client reads the answer, then EOF), and
+    what the client still sends is read and dropped until it closes, :data:`LINGER_BYTES` more
+    arrive or :data:`LINGER_S` pass; only then is the socket closed, with nothing unread."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.left = LINGER_BYTES
+        self.timer = loop.call_later(LINGER_S, self.close)
+        transport.write(_TIMEOUT_RESPONSE)
+        if transport.can_write_eof():  # TLS cannot half-close: Connection: close says it
+            transport.write_eof()
+        if not transport.is_reading():  # what is unread must be read, or the close resets
+            transport.resume_reading()
+
+    def discard(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            self.close()
+
+    def close(self) -> None:
+        self.timer.cancel()
+        self.transport.close()
 
 
 class DoorRequestHandler(RequestHandler):
@@ -55,6 +90,7 @@ class DoorRequestHandler(RequestHandler):
         self._door = door
         self._counted_as: str | None = None
         self._head_timer: asyncio.TimerHandle | None = None
+        self._linger: HeadTimeoutLinger | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -81,6 +117,9 @@ class DoorRequestHandler(RequestHandler):
         self._lingering_time = 0.0
 
     def data_received(self, data: bytes) -> None:
+        if self._linger is not None:  # answered 408: what still comes is read and dropped
+            self._linger.discard(len(data))
+            return
         super().data_received(data)
         if self._head_timer is not None and (self._messages or self._request_in_progress):
             self._head_timer.cancel()  # a whole head arrived; keep-alive bounds the next ones
@@ -92,10 +131,17 @@ class DoorRequestHandler(RequestHandler):
             return
         if self._door is not None:  # set when the connection was admitted
             self._door.metrics.timeouts.labels("headers").inc()
-        self.transport.write(_TIMEOUT_RESPONSE)
-        self.force_close()
+        # aiohttp's force_close() without closing the transport: the handler's wait for a
+        # request ends, and no request is parsed from here on; the linger closes the socket
+        # (the client's EOF closes it too: eof_received lets the transport close).
+        self._force_close = True
+        if self._waiter is not None:
+            self._waiter.cancel()
+        self._linger = HeadTimeoutLinger(self.transport, self._loop)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self._linger is not None:
+            self._linger.timer.cancel()
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
