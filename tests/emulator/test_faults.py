@@ -62,9 +62,12 @@ async def test_stall_and_drip_set_at_run_time(start) -> None:
         async with session.post(emulator.url + "/admin/faults", json=faults) as resp:
             assert resp.status == 200
     times = await _stream_times(emulator.url, chat(max_tokens=4, stream=True))
-    assert 0.3 <= times[0] < 0.4
-    # Each gap is the 40 ms drip plus a 10 ms decode step; arrivals are paced by engine time.
-    assert times[-1] - times[0] == pytest.approx(3 * 0.050, abs=0.015)
+    # Lower bounds only: a token is released no earlier than its engine time, but a busy
+    # machine can release it later (and the next ones catch up), so gaps and upper bounds are
+    # not the emulator's to promise. Exact gaps: test_engine's drip test, in virtual time.
+    # Token k is due after the 300 ms stall plus k gaps of the 40 ms drip and a 10 ms step.
+    assert len(times) == 4
+    assert all(t >= 0.3 + k * 0.050 for k, t in enumerate(times)), times
 
 
 async def test_die_mid_stream_drops_the_connection(start) -> None:

@@ -125,8 +125,10 @@ async def test_token_bucket_allows_burst_then_refuses(make_store: StoreFactory) 
 
 
 async def test_token_bucket_is_atomic_under_concurrency(make_store: StoreFactory) -> None:
-    # A generous timeout: 90 concurrent scripts on 2 busy cores are the point, not latency.
-    clients = [await make_store(timeouts={"op_s": 3.0, "connect_s": 5.0}) for _ in range(3)]
+    # Generous timeouts: 90 concurrent scripts on 2 busy cores are the point, not latency (a
+    # cluster client's first call connects to every node and loads the slot map: 3 s was
+    # once not enough with the machine at load 8).
+    clients = [await make_store(timeouts={"op_s": 10.0, "connect_s": 30.0}) for _ in range(3)]
     for client in clients:  # connect (and load the cluster slot map) before the race
         await client.take_tokens("warm-up", rate_per_s=1, burst=1)
     takes = [
