@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.signals.engine_metrics import EngineMetricsConfig
 from gateway.signals.geo import GeoConfig
 from gateway.signals.outlier import OutlierConfig
-from gateway.signals.probes import ProbeConfig
+from gateway.signals.probe_config import ProbeConfig
 
 
 class SignalsConfig(BaseModel):

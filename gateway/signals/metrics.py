@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from gateway.signals.engine_signals import EXPECTED, EngineSignals
 from gateway.signals.errors import SignalError
 from gateway.signals.outlier import OutlierEvent, OutlierEventKind
-from gateway.signals.probes import ProbeObserver, ProbeSummary
+from gateway.signals.probe_summary import ProbeObserver, ProbeSummary
 
 _RTT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -19,13 +19,13 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
-from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
+from gateway.signals.probe_config import ProbeConfig
 from gateway.signals.probe_measure import (
     TimedRequest,
     canary_body,
@@ -33,129 +33,21 @@ from gateway.signals.probe_measure import (
     timed_canary,
     timed_get,
 )
+from gateway.signals.probe_summary import (
+    COLD_STARTS_KEPT,
+    ColdStartObservation,
+    ProbeObserver,
+    ProbeSummary,
+    ewma,
+)
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
 
+# The summary and its observer moved to probe_summary.py; gateway/signals/hub.py still
+# imports them from here.
+__all__ = ["ProbeObserver", "ProbeSummary", "Prober"]
+
 logger = logging.getLogger(__name__)
-
-COLD_STARTS_KEPT = 8
-
-
-class CanaryConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    enabled: bool = Field(
-        default=False,
-        description="Send 1-token canary generations to measure warm TTFT and detect cold starts.",
-    )
-    path: str = Field(
-        default="/v1/chat/completions",
-        description="Path of the canary request (a chat completion).",
-    )
-    prompt: str = Field(default="Reply with one word.", description="The canary's prompt.")
-    interval_s: float = Field(
-        default=60.0, gt=0, description="Seconds between canaries of each backend."
-    )
-    jitter: float = Field(
-        default=0.2,
-        ge=0,
-        lt=1,
-        description="Random spread of the interval, as a fraction of it (0.2: +-20%).",
-    )
-    timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        description="A canary without its first token within this long counts as failed.",
-    )
-    # A TTFT above cold_factor x the warm estimate, and by at least cold_min_excess_ms, is a
-    # cold start rather than a slow warm response.
-    cold_factor: float = Field(
-        default=4.0,
-        gt=1,
-        description="A canary TTFT above this multiple of the warm estimate (and above it by cold_min_excess_ms) is a cold start.",
-    )
-    cold_min_excess_ms: float = Field(
-        default=300.0,
-        ge=0,
-        description="Least excess over the warm TTFT, in ms, for a canary to count as a cold start.",
-    )
-
-
-class ProbeConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    enabled: bool = Field(
-        default=True, description="Probe each backend for reachability and round trip."
-    )
-    path: str = Field(
-        default="/v1/models", description="Path of the probe request (cheap: the model list)."
-    )
-    interval_s: float = Field(
-        default=5.0, gt=0, description="Seconds between probes of each backend."
-    )
-    jitter: float = Field(
-        default=0.2, ge=0, lt=1, description="Random spread of the interval, as a fraction of it."
-    )
-    timeout_s: float = Field(default=2.0, gt=0, description="A probe taking longer fails.")
-    concurrency: int = Field(
-        default=8, ge=1, description="Probes running at once across all backends."
-    )
-    ewma_alpha: float = Field(
-        default=0.3,
-        gt=0,
-        le=1,
-        description="Weight of the newest probe in the smoothed RTT (0..1].",
-    )
-    measure_fresh: bool = Field(
-        default=True,
-        description="Also time a probe on a new connection (connect + request), not only on a pooled one.",
-    )
-    unhealthy_after: int = Field(
-        default=3,
-        ge=1,
-        description="Failed probes in a row after which a backend counts as unhealthy.",
-    )
-    canary: CanaryConfig = Field(
-        default=CanaryConfig(),
-        description="1-token canary generations: warm TTFT and cold-start detection.",
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ColdStartObservation:
-    backend: str
-    at: float
-    ttft_ms: float
-    cold_start_ms: float  # the TTFT beyond the warm estimate (or beyond zero with none yet)
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeSummary:
-    """Everything the probes know about one backend, as of ``last_probe_at``."""
-
-    backend: str
-    rtt_ms: float | None = None  # EWMA of pooled round trips (fresh if no pooled sample yet)
-    pooled_ms: float | None = None
-    fresh_ms: float | None = None
-    connect_ms: float | None = None
-    last_probe_at: float | None = None
-    last_ok_at: float | None = None
-    last_error: SignalError | None = None
-    consecutive_failures: int = 0
-    active_healthy: bool = True
-    probes_total: int = 0
-    failures_total: int = 0
-    warm_ttft_ms: float | None = None  # EWMA of warm canary TTFTs
-    last_canary_at: float | None = None
-    last_canary_error: SignalError | None = None
-    cold_starts: tuple[ColdStartObservation, ...] = field(default=())
-
-
-def ewma(previous: float | None, sample: float | None, alpha: float) -> float | None:
-    if sample is None:
-        return previous
-    return sample if previous is None else previous + alpha * (sample - previous)
 
 
 class Prober:
@@ -387,19 +279,3 @@ def _probe_error(result: TimedRequest | SignalError | None) -> SignalError | Non
         hint = "backend error" if result.status >= 500 else "check the probe path and headers"
         return SignalError(SignalErrorKind.HTTP_STATUS, f"probe got HTTP {result.status} ({hint})")
     return None
-
-
-class ProbeObserver:
-    """Hooks for metrics; the defaults do nothing."""
-
-    def on_probe(
-        self,
-        summary: ProbeSummary,
-        pooled_ms: float | None,
-        fresh_ms: float | None,
-        error: SignalError | None,
-    ) -> None:
-        return None
-
-    def on_canary(self, summary: ProbeSummary, ttft_ms: float, cold: bool) -> None:
-        return None

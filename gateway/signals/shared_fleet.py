@@ -10,7 +10,7 @@ from typing import Protocol
 from gateway.signals.engine_metrics import EngineMetricsScraper
 from gateway.signals.engine_signals import EngineSignals
 from gateway.signals.errors import SignalError, SignalErrorKind
-from gateway.signals.probes import ProbeSummary
+from gateway.signals.probe_summary import ProbeSummary
 from gateway.signals.targets import BackendTarget
 from routing.types import BackendState
 

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
-from gateway.signals.probes import ProbeSummary
+from gateway.signals.probe_summary import ProbeSummary
 from gateway.state.records import SignalRecord
 from gateway.state.sync import SharedStateSync
 from routing.types import BackendState

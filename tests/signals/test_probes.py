@@ -6,7 +6,8 @@ import asyncio
 import logging
 
 from gateway.signals.errors import SignalErrorKind
-from gateway.signals.probes import CanaryConfig, ProbeConfig, Prober
+from gateway.signals.probe_config import CanaryConfig, ProbeConfig
+from gateway.signals.probes import Prober
 from routing.types import BackendKind
 from tests.signals.support import CannedBackend, FakeClock, canned_backend, closed_port_url, target
 

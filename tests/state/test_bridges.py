@@ -9,7 +9,7 @@ import time
 import pytest
 from aiohttp import web
 
-from gateway.signals.probes import ProbeSummary
+from gateway.signals.probe_summary import ProbeSummary
 from gateway.state.fleet_bridge import SharedFleetBridge
 from gateway.state.router_bridge import (
     RemotePrefixFeeder,
