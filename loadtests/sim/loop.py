@@ -192,8 +192,9 @@ class Simulation:
         request = state.request
         backend = self.backends[state.backend]
         self._count_cold(backend, now)
+        hashes = request.engine_hashes or state.hashes
         backend.engine.submit(
-            SequenceRequest(i, request.prompt_tokens, request.max_tokens, state.hashes), now
+            SequenceRequest(i, request.prompt_tokens, request.max_tokens, hashes), now
         )
         self._touched(backend, now)
 

@@ -57,15 +57,21 @@ def _gateway_ttft_ms(row: dict[str, str]) -> float | None:
     return _float(row.get("ttft_ms"))
 
 
-def _hashes(planner: Planner | None, row: dict[str, str]) -> tuple[int, ...]:
+def _hashes(
+    planner: Planner | None, row: dict[str, str]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the gateway's chain, salted by tenant; the engine's, unsalted: the emulator hashes
+    every prompt as tenant ``default``, loadtests/emulator/streaming.py)."""
     session, turn = _int(row.get("session")), _int(row.get("turn"))
     if planner is None or session is None or turn is None:
-        return ()
+        return (), ()
     plan = planner.session(session)
     if plan.api != "chat" or turn >= len(plan.turns):
-        return ()
+        return (), ()
     body = request_body(plan, turn, [""] * turn, user_field=False)
-    return profile_from_chat(body, plan.tenant, block_tokens=DEFAULT_BLOCK_TOKENS).prefix_hashes
+    gateway = profile_from_chat(body, plan.tenant, block_tokens=DEFAULT_BLOCK_TOKENS)
+    engine = profile_from_chat(body, "default", block_tokens=DEFAULT_BLOCK_TOKENS)
+    return gateway.prefix_hashes, engine.prefix_hashes
 
 
 def from_bench_csv(path: Path, workload: Path | None = None) -> TraceFile:
@@ -95,11 +101,13 @@ def from_bench_csv(path: Path, workload: Path | None = None) -> TraceFile:
             row.get("backend") or None, _gateway_ttft_ms(row), _float(row.get("e2e_ms")),
             _int(row.get("cached_tokens")), _int(row.get("status")),
         )  # fmt: skip
+        gateway, engine = _hashes(planner, row)
         lines.append(
             TraceLine(
                 t_s=sent, prompt_tokens=prompt, output_tokens=output,
                 origin=row.get("origin") or None, tenant=row.get("tenant") or "default",
-                prefix_hashes=_hashes(planner, row), recorded=recorded,
+                prefix_hashes=gateway, recorded=recorded,
+                engine_prefix_hashes=() if engine == gateway else engine,
             )
         )  # fmt: skip
     return TraceFile(tuple(sorted(lines, key=lambda line: line.t_s)), source=f"bench:{path.name}")

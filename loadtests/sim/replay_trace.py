@@ -20,6 +20,11 @@ then one request per line, in any order (the reader sorts by ``t_s``)::
   engine for exactly ``output_tokens``.
 - ``prefix_hashes``: 16-hex-digit block hashes, ``block_tokens`` tokens each; missing or empty
   means the trace does not know (the replay then shares no prefix for that request).
+- ``engine_prefix_hashes``: optional, the same prompt's chain as a serving engine hashes it,
+  with no tenant salt (an engine caches a system prompt once for every tenant that sends it,
+  while the gateway's index keeps tenants apart); the replay's engines use it, its router
+  ``prefix_hashes``. Missing or empty: the engines use ``prefix_hashes`` too (then two tenants
+  with one system prompt share no cache in the replay, though they did live).
 - ``origin``, ``tenant``, ``latency_class``, ``ttft_objective_ms``, ``deadline_ms``: optional
   (default: the gateway's region, ``default``, ``interactive``, none, none).
 - ``recorded``: optional; what happened when it was recorded (compared with the replays).
@@ -73,6 +78,7 @@ class TraceLine:
     ttft_objective_ms: float | None = None
     deadline_ms: float | None = None
     recorded: Recorded | None = None
+    engine_prefix_hashes: tuple[int, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         line: dict[str, Any] = {
@@ -86,6 +92,8 @@ class TraceLine:
             "ttft_objective_ms": self.ttft_objective_ms,
             "deadline_ms": self.deadline_ms,
         }
+        if self.engine_prefix_hashes:
+            line["engine_prefix_hashes"] = [f"{h:016x}" for h in self.engine_prefix_hashes]
         if self.recorded is not None:
             r = self.recorded
             line["recorded"] = {
@@ -141,11 +149,7 @@ def parse_line(raw: Any, where: str) -> TraceLine:
     for key in ("t_s", "prompt_tokens", "output_tokens"):
         if raw.get(key) is None:
             raise TraceFormatError(f"{where}: '{key}' is required")
-    hashes = raw.get("prefix_hashes") or []
-    try:
-        chain = tuple(int(h, 16) for h in hashes)
-    except (TypeError, ValueError):
-        raise TraceFormatError(f"{where}: 'prefix_hashes' must be hex strings") from None
+    chain = _chain(raw, "prefix_hashes", where)
     try:
         latency = LatencyClass(raw.get("latency_class") or LatencyClass.INTERACTIVE.value)
     except ValueError:
@@ -162,7 +166,15 @@ def parse_line(raw: Any, where: str) -> TraceLine:
         ttft_objective_ms=_number(raw, "ttft_objective_ms", where),
         deadline_ms=_number(raw, "deadline_ms", where),
         recorded=_recorded(raw.get("recorded"), where),
+        engine_prefix_hashes=_chain(raw, "engine_prefix_hashes", where),
     )
+
+
+def _chain(raw: dict[str, Any], key: str, where: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(h, 16) for h in raw.get(key) or [])
+    except (TypeError, ValueError):
+        raise TraceFormatError(f"{where}: '{key}' must be hex strings") from None
 
 
 def read_trace(path: Path) -> TraceFile:
@@ -237,5 +249,5 @@ class ReplayTrace(Trace):
             yield TraceRequest(
                 i, at, self.regions[origin], 0, "replay", line.tenant, line.prompt_tokens,
                 line.prefix_hashes, (), line.output_tokens, line.latency_class,
-                line.ttft_objective_ms, line.deadline_ms,
+                line.ttft_objective_ms, line.deadline_ms, line.engine_prefix_hashes,
             )  # fmt: skip

@@ -47,6 +47,9 @@ class TraceRequest:
     latency_class: LatencyClass
     ttft_objective_ms: float | None = None  # p90 TTFT objective (docs/slo.md)
     deadline_ms: float | None = None  # first-token deadline (early rejection)
+    # The chain the engine hashes (a replay's, without the tenant salt: replay_trace.py);
+    # empty: the engine hashes what the gateway does.
+    engine_hashes: tuple[int, ...] = ()
 
     @property
     def long_form(self) -> bool:
