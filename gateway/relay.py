@@ -301,8 +301,10 @@ class Relay:
     ) -> None:
         """Book-keeping once the client's response is over, or abandoned (``failure``;
         ``error`` is the kind of a stream that broke, for the request log). Every resource the
-        request holds is released here, by its :class:`RequestHold`, once."""
-        opened.close()
+        request holds is released here, by its :class:`RequestHold`, once (the ending event's
+        transition: the upstream response, the winner's counts, admission, state, drain)."""
+        if opened.held is None:  # not one of the relay's own (no request hold): just close it
+            opened.close()
         record, opened.record = opened.record, None  # one line per request, however called
         if record is not None:
             self.observer.finished(record, opened, now, failure, error)

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 
-from gateway.lifecycle.states import TERMINAL, Event, InvalidTransition, Lifecycle
+from gateway.lifecycle.states import (
+    HOLDS,
+    TERMINAL,
+    Event,
+    InvalidTransition,
+    Lifecycle,
+    Resource,
+    State,
+)
 from gateway.signals.outlier import FailureKind
 from routing.reservation import Reservation
 from routing.types import Observation
@@ -92,9 +100,30 @@ def hold_upstream(
     return UpstreamHold(reservation, fleet, gauge)
 
 
+# The order in which a transition's releases are carried out: the upstream attempt first (its
+# outcome reaches outlier detection and the learner), then the admission slots (a queued
+# request may start), then the state and the drain (a drain or a retiring config may finish).
+_RELEASE_ORDER = (
+    Resource.UPSTREAM_RESPONSE,
+    Resource.ROUTER_RESERVATION,
+    Resource.HUB_IN_FLIGHT,
+    Resource.IN_FLIGHT_GAUGE,
+    Resource.ADMISSION_TICKET,
+    Resource.ACTIVE,
+    Resource.DRAIN_MEMBERSHIP,
+)
+_UPSTREAM = frozenset(_RELEASE_ORDER[:4])  # one UpstreamHold: the winner's, once streaming
+
+
 @dataclass(eq=False, slots=True)
 class RequestHold:
-    """What one request holds in the relay core until :meth:`end`; see the module doc."""
+    """What one request holds in the relay core until :meth:`end`; see the module doc.
+
+    The lifecycle table drives it: every event goes through :meth:`on`, and the resources the
+    transition releases (:attr:`Transition.release <gateway.lifecycle.states.Transition>`) are
+    released there and only there. :meth:`end` is the backstop — whatever is still held when
+    the request is over (an event its state refused) is released too, and logged as the
+    impossible state it is."""
 
     state: RelayState
     drain: DrainState
@@ -105,13 +134,48 @@ class RequestHold:
     ended: bool = False
     request_id: str = ""
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # where the request is (states.py)
+    holding: set[Resource] = field(default_factory=lambda: set(HOLDS[State.ACCEPTED]))
 
-    def on(self, event: Event) -> None:
-        """Move the request's lifecycle; an event its state does not accept is logged as the
-        impossible state it is (with the request id), never raised on the request path."""
+    def on(
+        self,
+        event: Event,
+        failure: FailureKind | None = None,
+        observation: Observation | None = None,
+    ) -> None:
+        """Move the request's lifecycle and carry out what the transition acquires and
+        releases (``failure`` and ``observation`` end the winner's attempt: UpstreamHold.end).
+        An event its state does not accept is logged with the request id, never raised."""
         result = self.lifecycle.handle(event)
         if isinstance(result, InvalidTransition):
             log.error("lifecycle request_id=%s: %s", self.request_id, result.message())
+            return
+        self.holding |= result.acquire
+        for resource in _RELEASE_ORDER:
+            if resource in result.release:
+                self._release(resource, failure, observation)
+
+    def _release(
+        self, resource: Resource, failure: FailureKind | None, observation: Observation | None
+    ) -> None:
+        if resource not in self.holding:
+            return
+        self.holding.discard(resource)
+        if resource in _UPSTREAM:
+            # Before a first token each attempt ends its own UpstreamHold (attempt.py); from
+            # the first token on the winner's is the request's.
+            if self.upstream is not None:
+                self.upstream.end(failure, observation)
+            if resource is Resource.UPSTREAM_RESPONSE and self.stream is not None:
+                self.stream.close()
+        elif resource is Resource.ADMISSION_TICKET:
+            if self.ticket is not None:
+                self.ticket.release()
+        elif resource is Resource.ACTIVE:
+            self.state.leave()
+        elif self.stream is None:  # drain membership: the first-token timer, or the stream
+            self.drain.opened(self.timer, None)
+        else:
+            self.drain.finished(self.stream)
 
     def end_with(self, event: Event) -> None:
         """The request ended before a first token with ``event``, unless already ended."""
@@ -119,7 +183,7 @@ class RequestHold:
             self.on(event)
 
     async def admit(self, admission: Admission, model: str, tenant: str) -> None:
-        """Wait for the admission slots (or raise the refusal); held until :meth:`end`."""
+        """Wait for the admission slots (or raise the refusal); held until the request ends."""
         self.ticket = await admission.admit(model, tenant)
         self.on(Event.ADMITTED)
 
@@ -137,22 +201,24 @@ class RequestHold:
         observation: Observation | None = None,
         error: str | None = None,
     ) -> None:
-        """The request is over (its response, or its failure before one): release all; the
-        winner's counts end with ``failure`` and ``observation`` (see UpstreamHold.end)."""
+        """The request is over (its response, or its failure before one): the ending event
+        releases everything (the winner's counts end with ``failure`` and ``observation``)."""
         if self.stream is not None and self.lifecycle.state not in TERMINAL:
-            self.on(Event.COMPLETED if failure is None else _ENDED_BY.get(error, Event.BROKEN))
-        if self.upstream is not None:
-            self.upstream.end(failure, observation)
+            event = Event.COMPLETED if failure is None else _ENDED_BY.get(error, Event.BROKEN)
+            self.on(event, failure, observation)
         if self.ended:
             return
         self.ended = True
-        if self.ticket is not None:
-            self.ticket.release()
-        self.state.leave()
-        if self.stream is None:
-            self.drain.opened(self.timer, None)
-        else:
-            self.drain.finished(self.stream)
+        if self.holding:  # the table should have released everything: say so, then release it
+            names = ", ".join(sorted(self.holding))
+            log.error(
+                "lifecycle request_id=%s: ended in %s still holding %s",
+                self.request_id,
+                self.lifecycle.state,
+                names,
+            )
+            for resource in _RELEASE_ORDER:
+                self._release(resource, failure, observation)
 
 
 def hold_request(
