@@ -31,6 +31,7 @@ from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
 from gateway.lifecycle.handles import hold_request
+from gateway.lifecycle.live import LiveRequests
 from gateway.lifecycle.states import Event, State
 from gateway.metrics import GatewayMetrics
 from gateway.model_names import ModelNames
@@ -67,6 +68,7 @@ class Relay:
         self.objective_metrics = ObjectiveMetrics(metrics.registry)
         metrics.registry.register(self._hub_metrics)
         self.observer = RequestObserver(state.config, metrics)
+        self.live = LiveRequests()  # every request the core holds now, and where it is
 
     # -- the current configuration's parts (swapped whole by a reload) -------------------
 
@@ -141,7 +143,8 @@ class Relay:
         policy = state.policy(inbound.profile.latency_class)
         deadline = inbound.received_at + policy.total_s
         timer = asyncio.timeout(deadline - time.perf_counter())
-        held = hold_request(state, self.drain, timer, inbound.request_id)
+        held = hold_request(state, self.drain, timer, inbound.request_id, self.live)
+        record.lifecycle = held.lifecycle
         walk: CandidateWalk | None = None
         try:
             async with timer:
@@ -306,8 +309,6 @@ class Relay:
         if opened.held is None:  # not one of the relay's own (no request hold): just close it
             opened.close()
         record, opened.record = opened.record, None  # one line per request, however called
-        if record is not None:
-            self.observer.finished(record, opened, now, failure, error)
         state = opened.state or self._state
         # An abandoned request says nothing about the backend: released, not learned from.
         learned = (
@@ -315,6 +316,8 @@ class Relay:
         )
         if opened.held is not None:
             opened.held.end(failure, learned, error)
+        if record is not None:  # after the ending: the line says the state it ended in
+            self.observer.finished(record, opened, now, failure, error)
         # tokens, e2e and ITL metrics: the observer
         self.objective_metrics.finish(inbound, opened, state.config.objectives)
 

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 
+from gateway.lifecycle.live import LiveRequests
 from gateway.lifecycle.states import (
     HOLDS,
     TERMINAL,
@@ -135,6 +137,8 @@ class RequestHold:
     request_id: str = ""
     lifecycle: Lifecycle = field(default_factory=Lifecycle)  # where the request is (states.py)
     holding: set[Resource] = field(default_factory=lambda: set(HOLDS[State.ACCEPTED]))
+    live: LiveRequests | None = None  # the relay's registry of live requests (live.py)
+    started_at: float = field(default_factory=time.perf_counter)
 
     def on(
         self,
@@ -153,6 +157,8 @@ class RequestHold:
         for resource in _RELEASE_ORDER:
             if resource in result.release:
                 self._release(resource, failure, observation)
+        if result.after in TERMINAL and self.live is not None:
+            self.live.discard(self)
 
     def _release(
         self, resource: Resource, failure: FailureKind | None, observation: Observation | None
@@ -209,6 +215,8 @@ class RequestHold:
         if self.ended:
             return
         self.ended = True
+        if self.live is not None:
+            self.live.discard(self)
         if self.holding:  # the table should have released everything: say so, then release it
             names = ", ".join(sorted(self.holding))
             log.error(
@@ -222,9 +230,17 @@ class RequestHold:
 
 
 def hold_request(
-    state: RelayState, drain: DrainState, timer: asyncio.Timeout, request_id: str
+    state: RelayState,
+    drain: DrainState,
+    timer: asyncio.Timeout,
+    request_id: str,
+    live: LiveRequests | None = None,
 ) -> RequestHold:
-    """The relay core takes a request: it counts on its state and in the drain from now."""
+    """The relay core takes a request: it counts on its state and in the drain from now (and
+    among the ``live`` requests, until it ends)."""
     state.enter()
     drain.opening(timer)
-    return RequestHold(state, drain, timer, request_id=request_id)
+    hold = RequestHold(state, drain, timer, request_id=request_id, live=live)
+    if live is not None:
+        live.add(hold)
+    return hold

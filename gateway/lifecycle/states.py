@@ -133,11 +133,12 @@ class InvalidTransition:
 class Lifecycle:
     """One request's state, and the live attempts inside ``awaiting_first_token``."""
 
-    __slots__ = ("live_attempts", "state")
+    __slots__ = ("ended_from", "live_attempts", "state")
 
     def __init__(self) -> None:
         self.state = State.ACCEPTED
         self.live_attempts = 0
+        self.ended_from: State | None = None  # the live state a terminal one was reached from
 
     @property
     def holds(self) -> frozenset[Resource]:
@@ -163,4 +164,6 @@ class Lifecycle:
             self.live_attempts = 0  # the winner streams on; every other attempt is cancelled
         before, held = self.state, HOLDS[self.state]
         self.state = after
+        if after in TERMINAL:
+            self.ended_from = before
         return Transition(before, event, after, HOLDS[after] - held, held - HOLDS[after])

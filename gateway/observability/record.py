@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gateway.chain.hop import HopContext
     from gateway.inbound import InboundRequest
+    from gateway.lifecycle.states import Lifecycle
     from gateway.stream import OpenedStream
     from gateway.walk import CandidateWalk
 
@@ -40,6 +41,7 @@ class RequestRecord:
     route_started: float | None = None  # perf_counter() when routing began
     route_ms: float | None = None
     queue_s: float | None = None  # waiting for an admission slot
+    lifecycle: Lifecycle | None = None  # where the request is (gateway/lifecycle/states.py)
 
     @property
     def trace_id(self) -> str | None:
@@ -66,6 +68,18 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
+def lifecycle_fields(record: RequestRecord) -> dict[str, str]:
+    """The lifecycle state the request reached and the live state it ended from (where a
+    request that ended by deadline or drain was stuck)."""
+    lifecycle = record.lifecycle
+    if lifecycle is None:
+        return {}
+    fields = {"lifecycle": lifecycle.state.value}
+    if lifecycle.ended_from is not None:
+        fields["ended_from"] = lifecycle.ended_from.value
+    return fields
+
+
 def base_line(record: RequestRecord) -> dict[str, Any]:
     inbound = record.inbound
     return {
@@ -77,6 +91,7 @@ def base_line(record: RequestRecord) -> dict[str, Any]:
         "tenant": inbound.tenant,
         "origin": inbound.profile.origin,
         "stream": inbound.stream,
+        **lifecycle_fields(record),
     }
 
 

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceFlags, TraceState
 
-from gateway.observability.record import Outcome, RequestRecord
+from gateway.observability.record import Outcome, RequestRecord, lifecycle_fields
 
 if TYPE_CHECKING:
     from gateway.chain.hop import HopContext
@@ -87,6 +87,8 @@ def _server_attributes(record: RequestRecord) -> dict[str, Any]:
         attrs["meridian.hop"] = record.hop.hop_number
     if record.queue_s is not None:
         attrs["meridian.admission_queue_ms"] = round(record.queue_s * 1000.0, 3)
+    for name, value in lifecycle_fields(record).items():  # where it ended, and from where
+        attrs[f"meridian.{name}"] = value
     return attrs
 
 

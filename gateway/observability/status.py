@@ -82,6 +82,7 @@ def status(relay: Relay, state_health: dict[str, Any] | None) -> dict[str, Any]:
         "state": state_health,
         "regions": [{"name": name, "backends": names} for name, names in sorted(regions.items())],
         "backends": backends,
+        "requests": relay.live.summary(),  # live requests by lifecycle state, the oldest
     }
 
 
