@@ -110,6 +110,7 @@ async def run_attempt(
     hold = hold_upstream(reservation, state.fleet, ctx.metrics, ctx.inbound.profile.prompt_tokens)
     response: aiohttp.ClientResponse | None = None
     first_token_s = ctx.policy.first_token_s
+    asyncio.get_running_loop().call_soon(_prework, candidate)  # runs while the backend works
     try:
         async with asyncio.timeout(first_token_s):
             call = upstream_call(ctx.inbound, state, name)  # path, body and wire format
@@ -148,6 +149,13 @@ async def run_attempt(
         raise
     _record_first_token(ctx, opened, candidate, timing, sent_at)
     return opened
+
+
+def _prework(candidate: Candidate) -> None:
+    """What the first token's bookkeeping reads, worked out while the request is upstream:
+    the candidate's breakdown (its terms go into Server-Timing and learning) is otherwise
+    computed between the first token in and the first byte out (~10-45 us)."""
+    _ = candidate.terms_ms
 
 
 def _record_first_token(

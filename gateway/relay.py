@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from functools import partial
 
 from gateway.attempt import AttemptContext, AttemptFailure
 from gateway.chain import relay_hooks as chain
@@ -127,7 +128,10 @@ class Relay:
             self.observer.open_failed(record, exc)
             raise
         opened.record = record
-        self.observer.opened(record, opened)
+        # TTFT metrics and first-token learning wait until the door's first write is out (the
+        # door writes before it next awaits anything); finish() runs them if they are left.
+        opened.after_first_byte.append(partial(self.observer.opened, record, opened))
+        asyncio.get_running_loop().call_soon(opened.catch_up)
         return opened
 
     async def _open(
@@ -248,12 +252,12 @@ class Relay:
         insert_after(opened.entries, "upstream_ttfb", TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
         opened.entries.extend(_prediction_entries(opened))
-        name = opened.route.backend
+        name, later = opened.route.backend, opened.after_first_byte  # after the first write
         if opened.upstream_ttfb_ms is not None:
-            self.observed_ttft.record(name, opened.upstream_ttfb_ms)
+            later.append(partial(self.observed_ttft.record, name, opened.upstream_ttfb_ms))
             if inbound.stream:  # a whole non-streaming body is not a time to first token
-                self._learn_first_token(opened, inbound)
-        self.metrics.overhead.observe(gw_ms / 1000.0)  # TTFT and calibration: the observer
+                later.append(partial(self._learn_first_token, opened, inbound))
+        later.append(partial(self.metrics.overhead.observe, gw_ms / 1000.0))  # TTFT: observer
 
     def _learn_first_token(self, opened: OpenedStream, inbound: InboundRequest) -> None:
         """Teach routing this TTFT now, not at the end of the stream: a backlog building up
@@ -306,6 +310,7 @@ class Relay:
         ``error`` is the kind of a stream that broke, for the request log). Every resource the
         request holds is released here, by its :class:`RequestHold`, once (the ending event's
         transition: the upstream response, the winner's counts, admission, state, drain)."""
+        opened.catch_up()  # the first-token bookkeeping, if the loop has not run it yet
         if opened.held is None:  # not one of the relay's own (no request hold): just close it
             opened.close()
         record, opened.record = opened.record, None  # one line per request, however called

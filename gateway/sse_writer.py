@@ -29,6 +29,14 @@ class ClientTooSlow(Exception):
     """The client did not take the buffered bytes within the write timeout."""
 
 
+# Set as headers, not through ``content_type`` (which parses and re-renders the value).
+_SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
+
 class SseWriter:
     def __init__(self, request: web.Request, config: StreamsConfig) -> None:
         self.request = request
@@ -45,16 +53,14 @@ class SseWriter:
 
     async def start(self, headers: Mapping[str, str], *, flush: bool = False) -> None:
         """Send the 200 and SSE headers (with the first write, or now when ``flush``)."""
-        response = web.StreamResponse(status=200, headers=dict(headers))
-        response.content_type = "text/event-stream"
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["X-Accel-Buffering"] = "no"
+        response = web.StreamResponse(status=200, headers={**headers, **_SSE_HEADERS})
         await response.prepare(self.request)
         self.response = response
         transport = self.request.transport
         if transport is not None:
             transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
-            sock = transport.get_extra_info("socket")
+            # Only when configured: uvloop builds a socket object for every "socket" asked for.
+            sock = transport.get_extra_info("socket") if self._send_buffer is not None else None
             if sock is not None and self._send_buffer is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         if flush:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -289,6 +289,15 @@ class OpenedStream:
     upstream_hold: UpstreamHold | None = None  # the winning attempt's counts: Relay.finish
     hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
     record: RequestRecord | None = None  # what the request log, metrics and span report
+    # Bookkeeping that need not delay the first byte out (first-token learning, TTFT metrics):
+    # Relay.open schedules it for the loop's next turn, Relay.finish runs whatever is left.
+    after_first_byte: list[Callable[[], None]] = field(default_factory=list)
+
+    def catch_up(self) -> None:
+        """Run the bookkeeping deferred past the first byte: each item once, in order."""
+        work, self.after_first_byte = self.after_first_byte, []
+        for item in work:
+            item()
 
     def summary(self, now: float) -> dict[str, Any]:
         """End-of-stream timing, the JSON carried by the final SSE comment line."""

@@ -2,11 +2,14 @@
 through the gateway, side by side in one run, at concurrency 1 and 64.
 
     python -m loadtests.bench_overhead [--requests N] [--rounds R] [--out DIR]
+        [--workers 1 2] [--src before=DIR ...]
 
 Three processes: the emulator (``meridian emulate``), the gateway (``meridian serve``) and this
 load generator. Direct and gateway runs alternate (``--rounds`` times) so machine noise hits
 both alike; percentiles are taken over the pooled requests of each side. Reported: TTFT and ITL
 p50/p99 direct vs through the gateway, the difference (added latency), and requests/s.
+``--src NAME=DIR`` adds a one-worker gateway running another checkout's code (``PYTHONPATH``;
+e.g. ``git archive main`` unpacked in DIR) to every round: before/after in the same run.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 from dataclasses import asdict, dataclass
 
 from loadtests.bench.records import BenchResult, RequestRecord
@@ -51,6 +55,7 @@ class Level:
     direct: Side
     gateway: Side  # the first --workers count
     by_workers: dict[int, Side] = dataclasses.field(default_factory=dict)  # every count run
+    by_src: dict[str, Side] = dataclasses.field(default_factory=dict)  # other checkouts, 1 worker
 
     def added(self, field: str, side: Side | None = None) -> float | None:
         a, b = getattr(self.direct, field), getattr(side or self.gateway, field)
@@ -90,9 +95,14 @@ def _side(results: list[BenchResult]) -> Side:
 
 
 async def measure(
-    concurrencies: list[int], requests: int, rounds: int, workers: list[int] | None = None
+    concurrencies: list[int],
+    requests: int,
+    rounds: int,
+    workers: list[int] | None = None,
+    sources: dict[str, str] | None = None,
 ) -> list[Level]:
     counts = workers or [1]
+    sources = sources or {}
     levels = []
     async with (
         emulated_backend("overhead", MODEL, ENGINE) as (backend_url, _),
@@ -110,20 +120,33 @@ async def measure(
             ]
         }
         urls = {n: (await stack.enter_async_context(gateway(config, n)))[0] for n in counts}
+        src_urls = {
+            name: (await stack.enter_async_context(gateway(config, 1, _env(src))))[0]
+            for name, src in sources.items()
+        }
         for concurrency in concurrencies:
             workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
             options = BenchOptions(max_connections=concurrency)
-            for url in urls.values():
-                await run_bench(url, workload, options)  # warm both pools
+            for url in [*urls.values(), *src_urls.values()]:
+                await run_bench(url, workload, options)  # warm every pool
             direct: list[BenchResult] = []
             through: dict[int, list[BenchResult]] = {n: [] for n in counts}
+            others: dict[str, list[BenchResult]] = {name: [] for name in src_urls}
             for _ in range(rounds):
                 direct.append(await run_bench(backend_url, workload, options))
                 for n, url in urls.items():
                     through[n].append(await run_bench(url, workload, options))
+                for name, url in src_urls.items():
+                    others[name].append(await run_bench(url, workload, options))
             sides = {n: _side(results) for n, results in through.items()}
-            levels.append(Level(concurrency, _side(direct), sides[counts[0]], sides))
+            by_src = {name: _side(results) for name, results in others.items()}
+            levels.append(Level(concurrency, _side(direct), sides[counts[0]], sides, by_src))
     return levels
+
+
+def _env(src: str) -> dict[str, str]:
+    """The environment of a gateway that runs the code in ``src``."""
+    return {**os.environ, "PYTHONPATH": src}
 
 
 def format_table(levels: list[Level]) -> str:
@@ -133,18 +156,19 @@ def format_table(levels: list[Level]) -> str:
     )
     lines = [header, "-" * len(header)]
     for level in levels:
-        sides = level.by_workers or {1: level.gateway}
-        labelled = [("direct", level.direct)]
-        labelled += [(_label(n, len(sides)), side) for n, side in sides.items()]
+        counts = level.by_workers or {1: level.gateway}
+        sides = {_label(n, len(counts)): side for n, side in counts.items()}
+        sides.update(level.by_src)
+        labelled = [("direct", level.direct), *sides.items()]
         for label, side in labelled:
             lines.append(
                 f"{level.concurrency:>5} {label:>10} {side.requests:>6} {side.errors:>4} "
                 f"{fmt(side.ttft_p50_ms):>9} {fmt(side.ttft_p99_ms):>9} "
                 f"{fmt(side.itl_p50_ms):>8} {fmt(side.itl_p99_ms):>8} {side.request_per_s:>8.1f}"
             )
-        for n, side in sides.items():
+        for label, side in sides.items():
             lines.append(
-                f"{level.concurrency:>5} {'+' + _label(n, len(sides)):>10} {'':>6} {'':>4} "
+                f"{level.concurrency:>5} {'+' + label:>10} {'':>6} {'':>4} "
                 f"{fmt(level.added('ttft_p50_ms', side)):>9} "
                 f"{fmt(level.added('ttft_p99_ms', side)):>9} "
                 f"{fmt(level.added('itl_p50_ms', side)):>8} "
@@ -176,24 +200,38 @@ def main(argv: list[str] | None = None) -> int:
         default=[1],
         help="gateway worker counts to compare, each its own gateway (e.g. 1 2)",
     )
+    parser.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also a one-worker gateway running the code in DIR, in every round",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
+    sources = {name: src for name, _, src in (s.partition("=") for s in args.src)}
     levels = uvloop.run(
-        measure(args.concurrency or [1, 64], args.requests, args.rounds, args.workers)
+        measure(args.concurrency or [1, 64], args.requests, args.rounds, args.workers, sources)
     )
     print(format_table(levels))
     payload = {
         "benchmark": "gateway_overhead",
+        "load_average": os.getloadavg(),
+        "sources": sources,
         "engine": ENGINE,
         "levels": [
             {
-                **{k: v for k, v in asdict(level).items() if k != "by_workers"},
+                **{k: v for k, v in asdict(level).items() if k not in {"by_workers", "by_src"}},
                 "added": {f: level.added(f) for f in _ADDED},
                 "by_workers": {
                     str(n): {**asdict(side), "added": {f: level.added(f, side) for f in _ADDED}}
                     for n, side in level.by_workers.items()
+                },
+                "by_src": {
+                    name: {**asdict(side), "added": {f: level.added(f, side) for f in _ADDED}}
+                    for name, side in level.by_src.items()
                 },
             }
             for level in levels
