@@ -9,9 +9,11 @@ scrape interval; less this gateway's own uncached prompt in the same interval (i
 tokens sent, less the cached tokens its answers reported), that is the others' arrival rate.
 Their requests also take batch slots, for seconds (their whole answer): the engine's finished
 counter plus the growth of running + waiting is its arrivals, less ours the others' request
-rate. :class:`ArrivalLedger` keeps one gateway's account of one backend and smooths both rates
-over the last few scrape intervals, each weighted by the requests the engine saw in it: one
-quiet or bursty second is not extrapolated on its own. The predictor extrapolates the rates:
+rate. :class:`ArrivalLedger` keeps one gateway's account of one backend and pools both rates
+over the last few scrape intervals (what arrived in them over their length): one quiet or
+bursty second is not extrapolated on its own. (Weighting each interval by the requests the
+engine saw in it instead was measured worse: it holds a burst's rate through the quiet
+seconds after it, which weigh nothing.) The predictor extrapolates the rates:
 the others' uncached work that arrived since the scrape and is still before its first token
 (``RowTerms.arrivals``) is queued ahead, and their requests since fill the free slots first,
 then queue (``RowTerms.arrival_rps``).
@@ -20,24 +22,10 @@ then queue (``RowTerms.arrival_rps``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 # Scrape intervals the rates are smoothed over (1 s scrapes: the last 3 s).
 SMOOTHED_INTERVALS = 3
-
-
-def _others_uncached(
-    queries: float, hits: float, own_prompt: float, own_hits: float
-) -> float | None:
-    """Other clients' uncached prompt tokens in one interval: the growth of the engine's
-    prefix-cache counters (tokens) less our own prompt tokens not found cached. None when the
-    counters say nothing usable (a reset: an engine restart)."""
-    if queries < 0 or hits < 0 or hits > queries:
-        return None
-    uncached = queries - hits
-    own = max(own_prompt - min(own_hits, own_prompt), 0.0)
-    return max(uncached - own, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +40,25 @@ class EngineTotals:
 
 @dataclass(frozen=True, slots=True)
 class _Interval:
+    """What one scrape interval saw: the engine's counts from every client and ours."""
+
     seconds: float
-    uncached: float  # others' uncached prompt tokens
-    requests: float | None  # others' requests (None: the engine does not say)
-    weight: float  # every client's requests the engine saw in it
+    uncached: float  # uncached prompt tokens the engine took in
+    own_prompt: float  # prompt tokens we sent
+    own_hits: float  # cached tokens our answers reported
+    arrived: float | None  # requests the engine took in (None: the engine does not say)
+    own_requests: float
 
 
 class ArrivalLedger:
     """One gateway's account of one backend: its own requests, prompt tokens and reported
-    cached tokens since the last scrape, and the others' recent rates from the engine's
-    counters. Feed it :meth:`sent` and :meth:`hit` as requests go and come back, and
-    :meth:`scraped` on each new scrape; read :attr:`uncached_per_s`, :attr:`requests_per_s`."""
+    cached tokens since the last scrape, and the engine's counts over the last few intervals.
+    Feed it :meth:`sent` and :meth:`hit` as requests go and come back, and :meth:`scraped` on
+    each new scrape; read :attr:`uncached_per_s`, :attr:`requests_per_s`.
+
+    Ours are subtracted over the whole window, not interval by interval: a request we counted
+    at its send can reach the engine's counters one scrape later (a path slower than the
+    probe says), and a hit is reported at the end of its answer, seconds after its prompt."""
 
     __slots__ = ("_hits", "_last", "_prompt", "_recent", "_requests")
 
@@ -83,43 +79,43 @@ class ArrivalLedger:
         self._hits += max(cached_tokens, 0.0)
 
     def scraped(self, totals: EngineTotals) -> None:
-        """A new scrape: what arrived since the previous one, less ours, joins the window."""
+        """A new scrape: what the engine took in since the previous one joins the window,
+        with ours in the same time."""
         last, self._last = self._last, totals
         own_requests, own_prompt, own_hits = self._requests, self._prompt, self._hits
         self._requests, self._prompt, self._hits = 0, 0.0, 0.0
         if last is None:
             return
         seconds = totals.at - last.at
-        uncached = _others_uncached(
-            totals.queries - last.queries, totals.hits - last.hits, own_prompt, own_hits
-        )
+        queries, hits = totals.queries - last.queries, totals.hits - last.hits
         arrived = None
         if totals.arrived is not None and last.arrived is not None:
             arrived = totals.arrived - last.arrived
-        if seconds <= 0 or uncached is None or (arrived is not None and arrived < 0):
+        unreadable = (
+            queries < 0 or hits < 0 or hits > queries or (arrived is not None and arrived < 0)
+        )
+        if seconds <= 0 or unreadable:
             self._recent.clear()  # a reset (the engine restarted) or an unreadable interval
             return
-        requests = None if arrived is None else max(arrived - own_requests, 0.0)
-        weight = seconds if arrived is None else arrived
-        self._recent.append(_Interval(seconds, uncached, requests, weight))
+        self._recent.append(
+            _Interval(seconds, queries - hits, own_prompt, own_hits, arrived, own_requests)
+        )
 
     @property
     def uncached_per_s(self) -> float | None:
         """Others' uncached prompt tokens per second (None: no interval measured yet)."""
-        return self._smoothed(lambda interval: interval.uncached)
+        recent = self._recent
+        if not recent:
+            return None
+        own = sum(i.own_prompt for i in recent) - sum(i.own_hits for i in recent)
+        others = sum(i.uncached for i in recent) - max(own, 0.0)
+        return max(others, 0.0) / sum(i.seconds for i in recent)
 
     @property
     def requests_per_s(self) -> float | None:
         """Others' requests per second (None: unknown)."""
-        if any(interval.requests is None for interval in self._recent):
+        recent = self._recent
+        if not recent or any(i.arrived is None for i in recent):
             return None
-        return self._smoothed(lambda interval: interval.requests or 0.0)
-
-    def _smoothed(self, amount: Callable[[_Interval], float]) -> float | None:
-        if not self._recent:
-            return None
-        total = sum(interval.weight for interval in self._recent)
-        if total <= 0:
-            return 0.0  # nothing arrived from anyone in the window
-        rates = (interval.weight * amount(interval) / interval.seconds for interval in self._recent)
-        return sum(rates) / total
+        others = sum(i.arrived or 0.0 for i in recent) - sum(i.own_requests for i in recent)
+        return max(others, 0.0) / sum(i.seconds for i in recent)
