@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import orjson
 
+from tests.servers import hang_bound
+
 
 async def raw_post(
     url: str, path: str, body: dict[str, object]
@@ -32,6 +34,7 @@ async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> flo
     a test that would otherwise hang, generous for a busy machine: never a timing claim)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
+    within = hang_bound(within)
     while not predicate():
         if loop.time() - start > within:
             raise AssertionError(f"condition not met within {within} s")

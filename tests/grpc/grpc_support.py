@@ -17,6 +17,7 @@ from gateway.grpc.server import GrpcServerConfig, RunningGrpcServer, serving_grp
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
+from tests.servers import hang_bound
 
 MODEL = "grpc-test-model"
 FAST_ENGINE = EngineParams(
@@ -67,7 +68,8 @@ def chat(content: str = "hello", max_tokens: int = 5, **fields: object) -> pb.Ch
 
 
 async def wait_until(predicate: object, timeout_s: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout_s
+    """Poll until ``predicate()``; False after ``timeout_s`` (never before HANG_BOUND_S)."""
+    deadline = time.monotonic() + hang_bound(timeout_s)
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]
             return True

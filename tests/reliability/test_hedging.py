@@ -64,13 +64,19 @@ async def test_hedging_cuts_the_ttft_tail_within_budget_and_cancels_every_loser(
     # rank the spare first once the staller's queue shows) was won by its one hedge.
     assert all("backend=b-far" in r for r in routes), routes
     hedged = sum("attempts=2" in r and "hedges=1" in r for r in routes)
-    assert hedged >= 1 and staller.stats.requests == hedged, (routes, staller.stats.as_dict())
+    assert hedged >= 1 and all("attempts=1" in r or "hedges=1" in r for r in routes), routes
     relay = running.app[RELAY]
-    extra = staller.stats.requests + spare.stats.requests - REQUESTS
-    assert extra == hedged <= 0.2 * REQUESTS + relay.config.retry.budget_burst
-    # Every stalled first attempt lost and was cancelled upstream; none ran to the end.
-    await wait_for(lambda: staller.stats.cancelled == hedged, SETTLE_S)
-    await wait_for(lambda: engine_holds(staller) + engine_holds(spare) == 0, SETTLE_S)
-    assert staller.stats.completed == 0 and spare.stats.completed == REQUESTS
+    assert hedged <= 0.2 * REQUESTS + relay.config.retry.budget_burst  # the budget bounds them
+    # Every stalled attempt lost and was cancelled upstream; none ran to the end. One that the
+    # winner cancelled before its request reached the staller (a busy machine can delay the
+    # send past the 50 ms hedge and the spare's answer) never arrives there: hence "at most".
+    await wait_for(
+        lambda: staller.stats.cancelled == staller.stats.requests and engine_holds(staller) == 0,
+        SETTLE_S,
+    )
+    assert staller.stats.requests <= hedged, (routes, staller.stats.as_dict())
+    await wait_for(lambda: engine_holds(spare) == 0, SETTLE_S)
+    assert staller.stats.completed == 0
+    assert spare.stats.requests == spare.stats.completed == REQUESTS
     await wait_for(lambda: relay.fleet.in_flight("a-staller") == 0, SETTLE_S)
     assert relay.fleet.in_flight("b-far") == 0

@@ -21,6 +21,7 @@ import yaml
 
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
+from tests.servers import hang_bound
 
 MODEL = "replica-model"
 BACKENDS = ("b1", "b2")
@@ -185,8 +186,10 @@ async def _in_sync(replica: Replica, session: aiohttp.ClientSession) -> bool:
 async def wait_for(
     check: Callable[[], Awaitable[bool]], within_s: float, step_s: float = 0.05
 ) -> float:
-    """Poll ``check`` until true; returns the time it took. Fails after ``within_s``."""
+    """Poll ``check`` until true; returns the time it took. Fails after ``within_s`` (never
+    before tests.servers.HANG_BOUND_S: a hang detector, not a timing claim)."""
     started = time.monotonic()
+    within_s = hang_bound(within_s)
     while not await check():
         if time.monotonic() - started > within_s:
             raise AssertionError(f"condition not met within {within_s}s")

@@ -10,6 +10,7 @@ from gateway.signals.hub import SignalHub, SignalsConfig
 from gateway.signals.outlier import FailureKind
 from gateway.signals.targets import Engine
 from routing.types import FleetSnapshot
+from tests.servers import hang_bound
 from tests.signals.support import (
     SGLANG_PAGE,
     CannedBackend,
@@ -33,7 +34,7 @@ def fast_config(**outlier: object) -> SignalsConfig:
 
 
 async def wait_for(predicate, hub: SignalHub, timeout_s: float = 3.0) -> FleetSnapshot:
-    deadline = asyncio.get_running_loop().time() + timeout_s
+    deadline = asyncio.get_running_loop().time() + hang_bound(timeout_s)
     while True:
         snapshot = hub.snapshot()
         if predicate(snapshot) or asyncio.get_running_loop().time() > deadline:

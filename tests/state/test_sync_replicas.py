@@ -57,9 +57,13 @@ async def test_one_leader_and_takeover_after_clean_stop(make_sync: SyncFactory) 
     # Healthy first: a degraded replica counts itself leader (every replica probes then).
     await eventually(lambda: not one.health().degraded and not two.health().degraded, SETTLE_S)
     await eventually(lambda: one.is_leader(PROBE) != two.is_leader(PROBE), SETTLE_S)
-    for _ in range(50):  # over several renewal rounds: exactly one leader at every look
-        assert one.is_leader(PROBE) != two.is_leader(PROBE)
+    for _ in range(50):  # over several renewal rounds: never two leaders at any look
+        # Two only by design, while a replica is degraded (each probes then). None is allowed:
+        # a renewal starved past the lease (load 8 did it) lapses it until the next round.
+        leaders = one.is_leader(PROBE) + two.is_leader(PROBE)
+        assert leaders <= 1 or one.health().degraded or two.health().degraded
         await asyncio.sleep(0.01)
+    await eventually(lambda: one.is_leader(PROBE) != two.is_leader(PROBE), SETTLE_S)
     leader, follower = (one, two) if one.is_leader(PROBE) else (two, one)
     await leader.stop()  # releases the lease
     # The follower takes the released lease over (how fast is loadtests' business).
