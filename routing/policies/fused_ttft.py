@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from routing.fleet_view import FleetView, Mask
 from routing.pipeline.candidates import build_candidates, rank
 from routing.pipeline.filters import CapacityLeft, Filter, FilterContext, static_verdict
 from routing.pipeline.pickers import MarginPicker
@@ -48,6 +49,11 @@ class FusedTTFTRouter(PipelineRouter):
         # None: these filters are not the ones the fused mask stands for (always generic).
         self.capacity = capacity if fusable and isinstance(capacity, CapacityLeft) else None
         self.fused = 0  # decisions the fused path took (the rest went the generic way)
+        # healthy & circuit closed, and the latest ejection's end, of one view version: they
+        # change only when a snapshot refresh rewrites the view.
+        self._signals_of: tuple[FleetView, int] | None = None
+        self._healthy_and_closed: Mask = np.zeros(0, np.bool_)
+        self._ejected_last = float("inf")
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         decision = self._fused(profile, fleet, now)
@@ -55,6 +61,16 @@ class FusedTTFTRouter(PipelineRouter):
             return self._decide(profile, fleet, now, commit=True)
         self.fused += 1
         return decision
+
+    def _healthy_closed(self, view: FleetView) -> Mask:
+        """Healthy with a closed circuit, per row of ``view`` as it is now (cached per version);
+        sets ``_ejected_last``, the latest ``ejected_until`` (-inf: nobody ejected)."""
+        key = (view, view.version)
+        if self._signals_of != key:
+            self._signals_of = key
+            self._healthy_and_closed = view.healthy & ~view.circuit_open
+            self._ejected_last = float(view.ejected_until.max()) if len(view) else -float("inf")
+        return self._healthy_and_closed
 
     def _fused(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision | None:
         capacity = self.capacity
@@ -70,9 +86,9 @@ class FusedTTFTRouter(PipelineRouter):
         static, rejected, kept = static_verdict(
             self.filters, FilterContext(view, profile, now, load)
         )
-        alive = static & view.healthy
-        alive &= view.ejected_until <= now
-        alive &= ~view.circuit_open
+        alive = static & self._healthy_closed(view)
+        if self._ejected_last > now:  # someone is (or was) ejected: the only per-time check
+            alive &= view.ejected_until <= now
         alive &= load.depth < capacity.limit(view)
         rows = np.flatnonzero(alive)
         if len(rows) != kept or kept == 0:  # a dynamic filter rejected one: reasons needed
