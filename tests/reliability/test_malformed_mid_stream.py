@@ -1,6 +1,7 @@
 """A mid-stream event that is JSON but not shaped like its format's events (``"choices": 5``,
 a choice or a delta that is not an object, a Responses ``type`` that is a list, a Messages
-``delta`` that is a number) ends the stream as ``upstream_malformed`` on every door: counted,
+``delta`` that is a number) ends the stream as ``upstream_malformed`` on every door (chat,
+completions, Messages translated and native, Responses, and gRPC): counted,
 the door's own error event to the client with Meridian's words only (no exception text, no
 upstream address), nothing raised inside the gateway, the upstream connection closed and every
 request counter back to zero. Before the fix each of these raised TypeError/AttributeError in
@@ -16,12 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import grpc
 import orjson
 import pytest
 from aiohttp import web
 
 from gateway.config import parse_config
+from gateway.grpc.client import inference_stub
+from gateway.grpc.mount import GRPC_SERVER
 from gateway.state_keys import RELAY
+from tests.grpc.grpc_support import chat as grpc_chat
 from tests.reliability.support import (
     MODEL,
     SETTLE_S,
@@ -226,5 +231,54 @@ async def test_a_malformed_event_mid_stream_ends_it_as_upstream_malformed(
     await wait_for(lambda: relay.state.active == 0 and relay.drain.in_flight == 0, SETTLE_S)
     gauge = {"backend": "scripted"}
     assert metric_value(running, "meridian_upstream_in_flight", gauge) == 0
+    crashes = [r for r in caplog.records if r.exc_info is not None]
+    assert not crashes, [r.getMessage() for r in crashes]
+
+
+GRPC_CASES = [
+    ({"choices": 5}, "upstream_malformed"),  # the grammar: the relay's StreamBroken
+    # A shape the grammar accepts but the proto cannot hold: the converter's own refusal, in
+    # the servicer, after the relay handed the chunk over (counted as the call's end, not as a
+    # stream error: see /work/notes/issue20.md).
+    ({"choices": [{"delta": {"tool_calls": [{"index": "x"}]}}]}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "kind"), GRPC_CASES, ids=[orjson.dumps(c[0]).decode() for c in GRPC_CASES]
+)
+async def test_a_malformed_event_mid_stream_on_the_grpc_door(
+    upstream: Scripted,
+    gateway: GatewayFactory,
+    bad: Any,
+    kind: str | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    upstream.first[:] = [CHAT_TOKEN, CHAT_TOKEN]
+    upstream.then[:] = [data(bad), b"data: [DONE]\n\n"]
+    config = config_data({"scripted": upstream.url})
+    config["listen"] = {"host": "127.0.0.1", "port": 0, "grpc_port": 0}
+    running = await gateway(parse_config(config, "<test>"))
+    caplog.set_level(logging.WARNING)
+    target = running.app[GRPC_SERVER].target
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = inference_stub(channel).ChatCompletion(grpc_chat(max_tokens=8, model=MODEL))
+        received = []
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for chunk in call:
+                received.append(chunk)
+                upstream.go.set()  # the stream is on: now the bad event
+    assert received, "the failure came after the first token"
+    assert caught.value.code() is grpc.StatusCode.INTERNAL
+    details = caught.value.details() or ""
+    port = upstream.url.rsplit(":", 1)[1]
+    for leak in ("Error", "object", "invalid literal", "127.0.0.1", port):
+        assert leak not in details, f"{leak!r} reached the client: {details}"
+    await asyncio.wait_for(upstream.closed.wait(), SETTLE_S)
+    relay = running.app[RELAY]
+    await wait_for(lambda: relay.state.active == 0 and relay.drain.in_flight == 0, SETTLE_S)
+    if kind is not None:
+        labels = {"backend": "scripted", "kind": kind}
+        assert metric_value(running, "meridian_stream_errors_total", labels) == 1
     crashes = [r for r in caplog.records if r.exc_info is not None]
     assert not crashes, [r.getMessage() for r in crashes]
