@@ -101,6 +101,8 @@ class CannedBackend:
     canary_ttft_s: float = 0.0
     canary_status: int = 200
     requests: dict[str, int] = field(default_factory=dict)
+    models_in_flight: int = 0
+    models_in_flight_max: int = 0  # the most /v1/models requests answered at once
     url: str = ""
 
     def count(self, path: str) -> None:
@@ -132,7 +134,12 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
 async def _models(request: web.Request) -> web.Response:
     backend: CannedBackend = request.app[BACKEND]
     backend.count("/v1/models")
-    await asyncio.sleep(backend.models_delay_s)
+    backend.models_in_flight += 1
+    backend.models_in_flight_max = max(backend.models_in_flight_max, backend.models_in_flight)
+    try:
+        await asyncio.sleep(backend.models_delay_s)
+    finally:
+        backend.models_in_flight -= 1
     return web.json_response(
         {"object": "list", "data": [{"id": "m", "object": "model"}]}, status=backend.models_status
     )
