@@ -38,6 +38,7 @@ from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import load_workload, with_overrides
 from loadtests.bench_fleet import FLEET, WORKLOAD, emulated_fleet, gateway_config
 from loadtests.emulator.fleet import FleetError, load_fleet
+from loadtests.learner_watch import watch_learner
 from loadtests.processes import ADMIN_URLS, gateway
 from loadtests.results_file import write_results
 from loadtests.sim.loop import simulate
@@ -78,16 +79,34 @@ def operator_config(backends: list[dict[str, Any]], policy: str) -> dict[str, An
     return config
 
 
-async def record(policy: str, rate: float, duration_s: float, csv_path: Path) -> dict[str, Any]:
+async def record(
+    policy: str,
+    rate: float,
+    duration_s: float,
+    csv_path: Path,
+    cold: bool = False,
+    watch: Path | None = None,
+) -> dict[str, Any]:
+    """``cold``: the load starts with the gateway (no wait for its signals); ``watch``: the
+    live router's per-backend terms, polled during the run (loadtests/learner_watch.py)."""
     async with emulated_fleet() as backends:
         config = operator_config(backends, policy)
         async with gateway(config) as (url, _):
-            await signals_warm(ADMIN_URLS[url], [b["name"] for b in config["backends"]])
+            if not cold:
+                await signals_warm(ADMIN_URLS[url], [b["name"] for b in config["backends"]])
+            model = backends[0]["models"][0]
             workload = with_overrides(
                 load_workload(WORKLOAD), mode="open", rate=rate, duration_s=duration_s,
-                requests=None, model=backends[0]["models"][0],
+                requests=None, model=model,
             )  # fmt: skip
+            stop = asyncio.Event()
+            watching = None
+            if watch is not None:
+                watching = asyncio.create_task(watch_learner(url, model, 0.1, stop, watch))
             result = await run_bench(url, workload, BenchOptions())
+            stop.set()
+            if watching is not None:
+                await watching
     write_requests_csv(result.records, csv_path)
     return config
 
@@ -245,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the replays neither scrape nor probe for their first S s (a --from-csv recording "
         "of a gateway that had just started)",
     )  # fmt: skip
+    parser.add_argument(
+        "--cold", action="store_true",
+        help="record a gateway that gets its load as it starts (no wait for its signals)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--watch-learner", type=Path, default=None, metavar="FILE",
+        help="poll the live router's per-backend terms during the recording into FILE (JSONL)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.from_csv is not None:
@@ -252,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         config = operator_config(_placeholder_backends(), args.policy)
     else:
         csv_path = args.out / f"bench_replay-{args.policy}-requests.csv"
-        config = asyncio.run(record(args.policy, args.rate, args.duration, csv_path))
+        config = asyncio.run(
+            record(args.policy, args.rate, args.duration, csv_path, args.cold, args.watch_learner)
+        )
     trace_out = args.trace_out or args.out / f"bench_replay-{args.policy}.trace.jsonl"
     policies = list(dict.fromkeys([args.policy, "round_robin", "predicted_ttft", "slo_cost"]))
     doc = replay(
