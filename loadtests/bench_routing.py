@@ -11,13 +11,15 @@ ratios are against round-robin's cost for the same work, so the table survives a
 
     .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--backends 100 1000]
         [--policies predicted_ttft predicted_ttft:generic round_robin] [--out loadtests/results]
-        [--src before=DIR ... --rounds 3]
+        [--src before=DIR ... --rounds 3] [--cold-mb 32]
 
 ``POLICY:generic`` times the same policy forced through the generic pipeline
 (``PipelineRouter._decide``), so a fused path is measured against it in the same run. ``cpu``
 columns are the thread's CPU time per call (what the decision costs, without the time a busy
 machine kept the process waiting).
 
+``--cold-mb N`` streams through N MB between timed decisions (not timed), so each decision
+starts with cold CPU caches, as in a gateway at concurrency 1 on a shared host.
 ``--src NAME=DIR`` times another checkout's ``routing/`` (e.g. ``git archive main`` unpacked
 in DIR) with this benchmark, as a side of the same run: each round runs every side once, in
 turn, in its own process, and the table gives each side's median over the rounds and its CPU
@@ -149,8 +151,29 @@ class _Churn:
         self.fleet = dataclasses.replace(self.fleet, backends=backends)
 
 
+def _evictor(megabytes: int) -> Callable[[], None]:
+    """Streams through ``megabytes`` of memory: the CPU caches are then as cold as at c=1 in
+    the gateway, where a decision follows ~100 ms of other work (0: nothing, caches stay hot)."""
+    if megabytes <= 0:
+        return lambda: None
+    import numpy as np
+
+    buffer = np.zeros(megabytes * 131_072)  # 8-byte floats
+
+    def evict() -> None:
+        np.add(buffer, 1.0, out=buffer)
+
+    return evict
+
+
 def _case(
-    policy: str, block_tokens: int, iterations: int, seed: int, size: int, churn: bool
+    policy: str,
+    block_tokens: int,
+    iterations: int,
+    seed: int,
+    size: int,
+    churn: bool,
+    cold_mb: int = 0,
 ) -> dict[str, float]:
     rng = random.Random(seed)
     fleet = _fleet(rng, size)
@@ -167,6 +190,7 @@ def _case(
         decide = functools.partial(router._decide, commit=True)
     body = _body(systems[3], _text(rng, 12_000))  # ~4,000 tokens in all
     snapshots = _Churn(fleet)
+    evict = _evictor(cold_mb)
 
     def run() -> Any:
         profile = profile_from_chat(body, "tenant-a", block_tokens=block_tokens)
@@ -181,6 +205,7 @@ def _case(
             router.release(decision.chosen.backend)
         if churn:  # the gateway builds snapshots off the decision's clock too
             snapshots.advance()
+        evict()
 
     _time(run, after, 200)
     return _summary(*_time(run, after, iterations))
@@ -220,7 +245,8 @@ def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         for size in args.backends:
             for churn in (False, True):
                 for policy in policies:
-                    timing = _case(policy, block_tokens, args.iterations, args.seed, size, churn)
+                    timing = _case(policy, block_tokens, args.iterations, args.seed, size, churn,
+                                   args.cold_mb)  # fmt: skip
                     rows.append({"case": policy, "backends": size,
                                  "snapshots": "churn" if churn else "same",
                                  "block_tokens": block_tokens, **timing})  # fmt: skip
@@ -288,10 +314,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="another checkout's routing/ as a side of the same run")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="with --src: rounds of all sides")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cold-mb", type=int, default=0,
+                        help="stream through this much memory between decisions (cold caches)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.src:
         same = ["--iterations", str(args.iterations), "--seed", str(args.seed)]
         same += ["--backends", *map(str, args.backends), "--policies", *args.policies]
+        same += ["--cold-mb", str(args.cold_mb)]
         return _compare(args, [*same, "--block-tokens", *map(str, args.block_tokens)])
     rows = _rows(args)
     if args.child:

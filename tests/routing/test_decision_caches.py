@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from routing.policies import build_router
 from routing.policies.predicted_ttft import PredictedTTFTScorer
 from routing.predictor_rows import _evidence
-from routing.types import Observation
+from routing.types import BackendKind, Observation
 from tests.routing.routing_fixtures import fleet, profile, state
 
 STEP_S = 0.0625  # exact in binary: four decisions are exactly one quarter second
@@ -78,7 +78,7 @@ NAMES = ("a", "b", "c", "s")
 
 def _state(name: str, seed: int, now: float) -> Any:
     serverless = name == "s"
-    kind = {"kind": "serverless", "cold_start_ms": 2000.0, "idle_timeout_s": 30.0}
+    kind = {"kind": BackendKind.SERVERLESS, "cold_start_ms": 2000.0, "idle_timeout_s": 8.0}
     return state(
         name,
         region="r2" if name == "b" else "r1",
@@ -86,7 +86,7 @@ def _state(name: str, seed: int, now: float) -> Any:
         rtt_ms=float(seed % 40) if seed % 2 else None,
         running=seed % 5 if seed % 3 else None,
         waiting=seed % 3 if seed % 3 else None,
-        last_traffic_at=now - seed % 20 if seed % 4 else None,
+        last_traffic_at=now - seed % 10 if seed % 4 else None,
         as_of=now - seed % 3,
     )
 
@@ -103,6 +103,8 @@ ops = st.lists(
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(ops)
+# the serverless "s" idle 5.5 s at 53.5 s (a keep-warm credit), then a snapshot: busy since 53 s
+@example([("observe", "a", 1)] * 6 + [("decide", "a", 100), ("snapshot", "s", 1)] * 2)
 def test_cached_evidence_is_what_the_columns_say_at_every_decision(
     steps: list[tuple[str, str, int]],
 ) -> None:
