@@ -2,7 +2,7 @@
 a recorded trace through every selected policy, with the synthetic scenarios' tables and plots,
 and the recorded outcome beside the replays (per-backend split, TTFT p50 / p99, spend).
 
-FILE is a ``meridian-trace`` v1 file (``loadtests/sim/replay_trace.py``), a ``meridian bench``
+FILE is a ``meridian-trace`` file (v1 or v2) (``loadtests/sim/replay_trace.py``), a ``meridian bench``
 ``requests.csv`` (``--workload``: the workload file of that run, for prefix hashes), or a
 Meridian request log in JSON format. ``--save-trace OUT`` writes what was read as a trace file.
 """

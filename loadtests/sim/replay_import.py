@@ -1,4 +1,4 @@
-"""Recorded traffic into ``meridian-trace`` v1 (``loadtests.sim.replay_trace``), from:
+"""Recorded traffic into ``meridian-trace`` (``loadtests.sim.replay_trace``), from:
 
 - ``meridian bench``'s ``requests.csv`` (the recorded TTFT is the gateway's own ``ttft``
   Server-Timing entry when the row has one, as the simulator measures it). It holds no prompt, so prefix hashes come from the

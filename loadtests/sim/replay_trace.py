@@ -1,13 +1,14 @@
 """Recorded traffic for ``meridian sim --replay``: the trace format, and a ``Trace`` over it.
 
-**Format ``meridian-trace``, version 1** — JSON Lines, UTF-8. No prompt text, ever: a prompt
+**Format ``meridian-trace``, version 2** — JSON Lines, UTF-8. No prompt text, ever: a prompt
 is its token count and its chain of prefix block hashes (``routing.prefix``: each hash covers
 every block before it and is salted by tenant, so a hash says which requests share a prefix and
 nothing about what it says). The first line is the header::
 
-    {"format": "meridian-trace", "version": 1, "block_tokens": 16, "source": "bench:requests.csv"}
+    {"format": "meridian-trace", "version": 2, "block_tokens": 16, "source": "bench:requests.csv"}
 
-then one request per line, in any order (the reader sorts by ``t_s``)::
+then one request per line, in any order (the reader sorts by ``t_s``; a chain's back-reference
+names an earlier line in the file)::
 
     {"t_s": 0.132, "origin": "us-east", "tenant": "acme", "prompt_tokens": 1210,
      "prefix_hashes": ["9f0c...", ...], "output_tokens": 87, "latency_class": "interactive",
@@ -19,7 +20,10 @@ then one request per line, in any order (the reader sorts by ``t_s``)::
 - ``prompt_tokens``, ``output_tokens`` (required): what the request used; the replay asks each
   engine for exactly ``output_tokens``.
 - ``prefix_hashes``: 16-hex-digit block hashes, ``block_tokens`` tokens each; missing or empty
-  means the trace does not know (the replay then shares no prefix for that request).
+  means the trace does not know (the replay then shares no prefix for that request). Version 2:
+  the first element may be ``"^<hex>"``, the chain of an earlier line up to and including that
+  hash, which the hashes after it continue (``loadtests/sim/trace_chains.py``; a shared system
+  prompt is then written once, not once per request). Version 1 files have no references.
 - ``engine_prefix_hashes``: optional, the same prompt's chain as a serving engine hashes it,
   with no tenant salt (an engine caches a system prompt once for every tenant that sends it,
   while the gateway's index keeps tenants apart); the replay's engines use it, its router
@@ -45,11 +49,12 @@ import numpy as np
 import orjson
 
 from loadtests.sim.trace import Trace, TraceRequest
+from loadtests.sim.trace_chains import ChainReader, ChainWriter
 from routing.prefix import DEFAULT_BLOCK_TOKENS
 from routing.types import LatencyClass
 
 FORMAT = "meridian-trace"
-VERSION = 1
+VERSION = 2  # 2: chains may refer back to an earlier line's (trace_chains.py)
 FIRST_ARRIVAL_S = 0.001
 
 
@@ -80,20 +85,23 @@ class TraceLine:
     recorded: Recorded | None = None
     engine_prefix_hashes: tuple[int, ...] = ()
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self, chains: ChainWriter | None = None) -> dict[str, Any]:
+        """The line as written; with ``chains`` (version 2), shared chain prefixes as
+        back-references to earlier lines."""
+        spell = chains.spell if chains is not None else _plain
         line: dict[str, Any] = {
             "t_s": round(self.t_s, 6),
             "origin": self.origin,
             "tenant": self.tenant,
             "prompt_tokens": self.prompt_tokens,
-            "prefix_hashes": [f"{h:016x}" for h in self.prefix_hashes],
+            "prefix_hashes": spell(self.prefix_hashes),
             "output_tokens": self.output_tokens,
             "latency_class": self.latency_class.value,
             "ttft_objective_ms": self.ttft_objective_ms,
             "deadline_ms": self.deadline_ms,
         }
         if self.engine_prefix_hashes:
-            line["engine_prefix_hashes"] = [f"{h:016x}" for h in self.engine_prefix_hashes]
+            line["engine_prefix_hashes"] = spell(self.engine_prefix_hashes)
         if self.recorded is not None:
             r = self.recorded
             line["recorded"] = {
@@ -110,13 +118,19 @@ class TraceFile:
     source: str = ""
 
 
+def _plain(chain: Sequence[int]) -> list[str]:
+    return [f"{h:016x}" for h in chain]
+
+
 def write_trace(path: Path, trace: TraceFile) -> None:
+    """``trace`` as a version-2 file (lines in the order given)."""
     header = {"format": FORMAT, "version": VERSION, "block_tokens": trace.block_tokens}
     header["source"] = trace.source
+    chains = ChainWriter()
     with path.open("wb") as out:
         out.write(orjson.dumps(header) + b"\n")
         for line in trace.lines:
-            out.write(orjson.dumps(line.as_json()) + b"\n")
+            out.write(orjson.dumps(line.as_json(chains)) + b"\n")
 
 
 def _number(raw: dict[str, Any], key: str, where: str, kind: type = float) -> Any:
@@ -143,13 +157,16 @@ def _recorded(raw: Any, where: str) -> Recorded | None:
     )
 
 
-def parse_line(raw: Any, where: str) -> TraceLine:
+def parse_line(raw: Any, where: str, chains: ChainReader | None = None) -> TraceLine:
+    """One request line; ``chains`` resolves back-references to earlier lines (read in file
+    order)."""
+    chains = chains or ChainReader()
     if not isinstance(raw, dict):
         raise TraceFormatError(f"{where}: a request line must be a JSON object")
     for key in ("t_s", "prompt_tokens", "output_tokens"):
         if raw.get(key) is None:
             raise TraceFormatError(f"{where}: '{key}' is required")
-    chain = _chain(raw, "prefix_hashes", where)
+    chain = _chain(raw, "prefix_hashes", where, chains)
     try:
         latency = LatencyClass(raw.get("latency_class") or LatencyClass.INTERACTIVE.value)
     except ValueError:
@@ -166,15 +183,18 @@ def parse_line(raw: Any, where: str) -> TraceLine:
         ttft_objective_ms=_number(raw, "ttft_objective_ms", where),
         deadline_ms=_number(raw, "deadline_ms", where),
         recorded=_recorded(raw.get("recorded"), where),
-        engine_prefix_hashes=_chain(raw, "engine_prefix_hashes", where),
+        engine_prefix_hashes=_chain(raw, "engine_prefix_hashes", where, chains),
     )
 
 
-def _chain(raw: dict[str, Any], key: str, where: str) -> tuple[int, ...]:
+def _chain(raw: dict[str, Any], key: str, where: str, chains: ChainReader) -> tuple[int, ...]:
+    spelled = raw.get(key) or []
+    if not isinstance(spelled, list):
+        raise TraceFormatError(f"{where}: '{key}' must be hex strings")
     try:
-        return tuple(int(h, 16) for h in raw.get(key) or [])
-    except (TypeError, ValueError):
-        raise TraceFormatError(f"{where}: '{key}' must be hex strings") from None
+        return chains.read(spelled, key, where)
+    except ValueError as exc:
+        raise TraceFormatError(str(exc)) from None
 
 
 def read_trace(path: Path) -> TraceFile:
@@ -194,6 +214,7 @@ def read_trace(path: Path) -> TraceFile:
     if not isinstance(version, int) or version > VERSION or version < 1:
         raise TraceFormatError(f"{path}:1: version {version!r}; this reader knows 1..{VERSION}")
     lines = []
+    chains = ChainReader()
     for number, row in enumerate(rows[1:], start=2):
         if not row.strip():
             continue
@@ -201,7 +222,7 @@ def read_trace(path: Path) -> TraceFile:
             raw = orjson.loads(row)
         except orjson.JSONDecodeError:
             raise TraceFormatError(f"{path}:{number}: not JSON") from None
-        lines.append(parse_line(raw, f"{path}:{number}"))
+        lines.append(parse_line(raw, f"{path}:{number}", chains))
     block = header.get("block_tokens", DEFAULT_BLOCK_TOKENS)
     return TraceFile(
         tuple(sorted(lines, key=lambda line: line.t_s)),

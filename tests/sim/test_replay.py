@@ -52,7 +52,7 @@ def test_a_trace_round_trips_and_holds_no_prompt_text(tmp_path: Path) -> None:
     header = orjson.loads(path.read_bytes().splitlines()[0])
     assert header == {
         "format": "meridian-trace",
-        "version": 1,
+        "version": 2,
         "block_tokens": 16,
         "source": "test",
     }
@@ -63,7 +63,7 @@ def test_a_trace_round_trips_and_holds_no_prompt_text(tmp_path: Path) -> None:
     [
         (b"", "empty file"),
         (b'{"format": "other"}\n', "not a meridian-trace file"),
-        (b'{"format": "meridian-trace", "version": 2}\n', "version 2; this reader knows 1..1"),
+        (b'{"format": "meridian-trace", "version": 3}\n', "version 3; this reader knows 1..2"),
         (b'{"format": "meridian-trace", "version": 1}\n{"t_s": 1}\n', ":2: 'prompt_tokens'"),
         (b'{"format": "meridian-trace", "version": 1}\nnope\n', ":2: not JSON"),
         (
