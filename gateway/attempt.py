@@ -130,6 +130,9 @@ async def run_attempt(
                 inter_token_s=ctx.policy.inter_token_s,
             )
             opened = OpenedStream(spec, route, exchange, [], state=state, upstream_hold=hold)
+            # Its own timing is in the headers, in before its first token (engines send them
+            # at once): read now, not between the first token and the first byte out.
+            hop = label_hop(parse(response.headers.get("Server-Timing", "")), name)
             failure = await _read_first(exchange, name, ctx.inbound.stream)
             if failure is not None:
                 return failed(ctx, hold, failure, response)
@@ -147,7 +150,7 @@ async def run_attempt(
         _close(response)
         hold.end(FailureKind.CANCELLED)
         raise
-    _record_first_token(ctx, opened, candidate, timing, sent_at)
+    _record_first_token(ctx, opened, candidate, timing, sent_at, hop)
     return opened
 
 
@@ -164,16 +167,16 @@ def _record_first_token(
     candidate: Candidate,
     timing: ConnectionTiming,
     sent_at: float,
+    hop: list[TimingEntry],
 ) -> None:
     name = candidate.backend
     opened.upstream_ttfb_ms = (time.perf_counter() - sent_at) * 1000.0
     opened.predicted_terms_ms = candidate.terms_ms
-    upstream_hop = parse(opened.exchange.response.headers.get("Server-Timing", ""))
     opened.entries.extend(
         [
             TimingEntry("upstream_connect", timing.connect_ms),
             TimingEntry("upstream_ttfb", opened.upstream_ttfb_ms),
-            *label_hop(upstream_hop, name),
+            *hop,
         ]
     )
     ctx.metrics.upstream_attempts.labels(name, "ok").inc()
