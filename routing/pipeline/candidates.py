@@ -19,6 +19,8 @@ _PARTITION_FROM = 256  # below this many candidates a full stable sort is as che
 def rank(values: F64, chosen: int, limit: int | None) -> list[int]:
     """Positions in rank order: the chosen one first, then the rest by score (stable)."""
     size = len(values)
+    if size == 1:  # one candidate (small fleets): nothing to sort
+        return [chosen]
     if limit is None or size < _PARTITION_FROM or limit >= size:
         order: list[int] = np.argsort(values, kind="stable").tolist()
     else:

@@ -38,6 +38,8 @@ class MarginPicker:
         self.rel_margin = rel_margin
 
     def pick(self, scores: F64, rng: random.Random) -> tuple[int, int]:
+        if len(scores) == 1:  # one candidate (small fleets): no array work at all
+            return 0, 1
         best = float(scores.min())
         bound = best + self.abs_margin + self.rel_margin * abs(best)
         near = np.flatnonzero(scores <= bound)
