@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -93,6 +94,10 @@ class UpstreamClient:
         self._timeouts = timeouts
         self.read_bufsize = read_bufsize
         self._session: aiohttp.ClientSession | None = None
+        # Responses handed out and maybe still read: closing the session drops their readers
+        # without waking them (aiohttp forgets the payload before the connection is lost), so
+        # close() fails them first — a request is never left waiting on a closed pool.
+        self._live: weakref.WeakSet[aiohttp.ClientResponse] = weakref.WeakSet()
 
     def same_settings(self, backend: BackendConfig, timeouts: TimeoutsConfig, bufsize: int) -> bool:
         return (
@@ -141,9 +146,11 @@ class UpstreamClient:
         while True:
             timing.reused = False
             try:
-                return await session.post(
+                response = await session.post(
                     url, data=body, headers=all_headers, timeout=timeout, trace_request_ctx=timing
                 )
+                self._live.add(response)
+                return response
             except _STALE_CONNECTION_ERRORS:
                 if not timing.reused or stale_retries >= _MAX_STALE_RETRIES:
                     raise
@@ -158,6 +165,12 @@ class UpstreamClient:
         )
 
     async def close(self) -> None:
+        for response in list(self._live):
+            if response.connection is not None:  # not yet released: someone may be reading
+                response.content.set_exception(
+                    aiohttp.ClientConnectionError("the upstream client was closed")
+                )
+        self._live.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
