@@ -8,7 +8,8 @@
 - :mod:`.seam` — the event seam (``InferenceBackend``) under a door that renders parsed events
   (the gRPC servicer); the relay's implementation (``gateway/grpc/relay_backend.py``) is a
   :class:`~.call.CoreCall`'s parsed view.
-- :mod:`.handles` — the request's resources as handles, each released in one place, once.
+- :mod:`.handles` — the request's resources as handles, released where the table says, once.
+- :mod:`.live` — the requests the core holds now and their lifecycle state (admin status).
 - :mod:`.states` — the states, events and transition table (sans-IO); what each state holds.
 - :mod:`.outcome` — how a stream ended and what that means for the backend, decided once.
 

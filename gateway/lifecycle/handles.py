@@ -10,11 +10,19 @@ The resources of :data:`gateway.lifecycle.states.HOLDS`, grouped by who holds th
 - :class:`RequestHold` — what the request holds from the moment the relay core takes it until
   its response is over: the relay state's ``active`` count (a reloaded configuration stays
   alive for it), its drain membership (first-token phase, then its stream) and its admission
-  ticket. :meth:`RequestHold.end` releases all of them and the winning attempt's
-  :class:`UpstreamHold`: the request's one release.
+  ticket. The lifecycle table drives their release: :meth:`RequestHold.on` carries out each
+  transition's release set (with the winning attempt's :class:`UpstreamHold`), in one
+  function, :meth:`RequestHold._release`; :meth:`RequestHold.end` is only the backstop.
 
 Nothing else in the gateway enters or leaves these counts; the "every counter back to zero"
-test (``tests/reliability/test_counters_return_to_zero.py``) drives every path through here.
+test (``tests/reliability/test_counters_return_to_zero.py``) drives every path through here,
+and ``tests/unit/test_lifecycle_handles.py`` checks that the real counters follow the table.
+
+Places in ``gateway/`` that acquire or release a request resource (the grep in
+``docs/streams.md``, "Where resources are taken and given back"): 26 at db5372a, 28 at the
+start of session 3, 12 since — 10 of them in this module. Every release is in two
+functions: :meth:`RequestHold._release` and :meth:`UpstreamHold.end`; every acquisition in
+three: :func:`hold_request`, :meth:`RequestHold.admit` and :func:`hold_upstream`.
 """
 
 from __future__ import annotations
