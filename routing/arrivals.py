@@ -4,8 +4,8 @@ A scrape is a picture of the past; this router's own requests since are in its l
 (``routing.prefilling``), but other gateways' are not: several gateways acting on the same
 second-old scrape pile onto the backend it shows idle. The engine's monotonic prefix-cache
 counters (vLLM's ``prefix_cache_queries_total`` and ``_hits_total``, in tokens, counted at
-admission from every client) say how much uncached prompt the backend took in over the last
-scrape interval; less this gateway's own uncached prompt in the same interval (its prompt
+admission from every client) say how much uncached prompt the backend took in over the last few
+scrape intervals; less this gateway's own uncached prompt over the same intervals (its prompt
 tokens sent, less the cached tokens its answers reported), that is the others' arrival rate.
 Their requests also take batch slots, for seconds (their whole answer): the engine's finished
 counter plus the growth of running + waiting is its arrivals, less ours the others' request
