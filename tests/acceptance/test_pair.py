@@ -136,12 +136,19 @@ async def _ejection_window(
 ) -> tuple[float, float, int]:
     """Wait for ``backend``'s next ejection; (ejected at, readmitted at, attempts while out)."""
     start = await _poll(lambda ej: backend in ej, session, gateway, 10.0)
-    counted = await _attempts(session, gateway, backend)
+    counted = last = await _attempts(session, gateway, backend)
     if while_out is not None:
         await while_out
-    end = await _poll(lambda ej: backend not in ej, session, gateway, 10.0)
-    during = await _attempts(session, gateway, backend) - counted
-    return start, end, during
+    # The attempts read last *before* a state that still shows the ejection: an attempt on the
+    # readmitted backend between the readmission and a later read is not "while out".
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        attempts = await _attempts(session, gateway, backend)
+        if backend not in await _ejected(session, gateway):
+            return start, time.monotonic(), last - counted
+        last = attempts
+        await asyncio.sleep(0.02)
+    raise AssertionError("ejection state did not change in time")
 
 
 async def _poll(
