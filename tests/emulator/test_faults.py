@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 
 import aiohttp
@@ -110,11 +109,13 @@ async def test_rtt_adds_to_ttft_not_to_itl(start) -> None:
     near_times, far_times = await asyncio.gather(
         _stream_times(near.url, payload), _stream_times(far.url, payload)
     )
-    assert far_times[0] - near_times[0] == pytest.approx(0.2, abs=0.03)
-    # Tokens are paced by engine time, so one late gap is made up by the next: the span is exact
-    # and no single gap comes near the 200 ms round trip.
-    assert far_times[-1] - far_times[0] == pytest.approx(0.040, abs=0.01)
-    assert max(b - a for a, b in itertools.pairwise(far_times)) < 0.05
+    # The round trip comes before the first token: it cannot arrive sooner (a lower bound holds
+    # however busy the machine; exact phases are test_timing's, on the engine clock).
+    assert far_times[0] >= 0.2
+    # ...and not between tokens: were the 200 ms added per token, the four gaps would span at
+    # least 0.8 s; paced by engine time they span ~40 ms (a late gap is made up by the next).
+    assert far_times[-1] - far_times[0] < 0.4
+    assert len(far_times) == len(near_times) == 5
 
 
 async def test_admin_reset_clears_counters_and_cache(start) -> None:
