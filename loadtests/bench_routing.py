@@ -11,7 +11,7 @@ ratios are against round-robin's cost for the same work, so the table survives a
 
     .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--backends 100 1000]
         [--policies predicted_ttft predicted_ttft:generic round_robin] [--out loadtests/results]
-        [--src before=DIR ... --rounds 3] [--cold-mb 32]
+        [--src before=DIR ... --rounds 3] [--cold-mb 32] [--idle-ms 20]
 
 ``POLICY:generic`` times the same policy forced through the generic pipeline
 (``PipelineRouter._decide``), so a fused path is measured against it in the same run. ``cpu``
@@ -19,7 +19,9 @@ columns are the thread's CPU time per call (what the decision costs, without the
 machine kept the process waiting).
 
 ``--cold-mb N`` streams through N MB between timed decisions (not timed), so each decision
-starts with cold CPU caches, as in a gateway at concurrency 1 on a shared host.
+starts with cold data caches; ``--idle-ms N`` sleeps N ms between them, as a gateway at
+concurrency 1 idles between requests: on this VM the next decision then costs ~5x the hot one
+(every distinct code path, numpy's ufunc dispatch above all, starts cold).
 ``--src NAME=DIR`` times another checkout's ``routing/`` (e.g. ``git archive main`` unpacked
 in DIR) with this benchmark, as a side of the same run: each round runs every side once, in
 turn, in its own process, and the table gives each side's median over the rounds and its CPU
@@ -151,17 +153,21 @@ class _Churn:
         self.fleet = dataclasses.replace(self.fleet, backends=backends)
 
 
-def _evictor(megabytes: int) -> Callable[[], None]:
-    """Streams through ``megabytes`` of memory: the CPU caches are then as cold as at c=1 in
-    the gateway, where a decision follows ~100 ms of other work (0: nothing, caches stay hot)."""
-    if megabytes <= 0:
-        return lambda: None
+def _evictor(megabytes: int, idle_ms: float = 0.0) -> Callable[[], None]:
+    """Between two timed decisions: stream through ``megabytes`` of memory (cold data caches)
+    and/or sleep ``idle_ms`` (the process idles, as a gateway at c=1 does between requests:
+    other processes then run on its core, and the next decision starts cold through and
+    through). 0 and 0: nothing, caches stay hot."""
     import numpy as np
 
-    buffer = np.zeros(megabytes * 131_072)  # 8-byte floats
+    buffer = np.zeros(max(megabytes, 0) * 131_072)  # 8-byte floats
+    pause_s = max(idle_ms, 0.0) / 1000.0
 
     def evict() -> None:
-        np.add(buffer, 1.0, out=buffer)
+        if len(buffer):
+            np.add(buffer, 1.0, out=buffer)
+        if pause_s:
+            time.sleep(pause_s)
 
     return evict
 
@@ -174,6 +180,7 @@ def _case(
     size: int,
     churn: bool,
     cold_mb: int = 0,
+    idle_ms: float = 0.0,
 ) -> dict[str, float]:
     rng = random.Random(seed)
     fleet = _fleet(rng, size)
@@ -190,7 +197,7 @@ def _case(
         decide = functools.partial(router._decide, commit=True)
     body = _body(systems[3], _text(rng, 12_000))  # ~4,000 tokens in all
     snapshots = _Churn(fleet)
-    evict = _evictor(cold_mb)
+    evict = _evictor(cold_mb, idle_ms)
 
     def run() -> Any:
         profile = profile_from_chat(body, "tenant-a", block_tokens=block_tokens)
@@ -207,7 +214,7 @@ def _case(
             snapshots.advance()
         evict()
 
-    _time(run, after, 200)
+    _time(run, after, 200 if idle_ms <= 0 else 20)
     return _summary(*_time(run, after, iterations))
 
 
@@ -246,7 +253,7 @@ def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
             for churn in (False, True):
                 for policy in policies:
                     timing = _case(policy, block_tokens, args.iterations, args.seed, size, churn,
-                                   args.cold_mb)  # fmt: skip
+                                   args.cold_mb, args.idle_ms)  # fmt: skip
                     rows.append({"case": policy, "backends": size,
                                  "snapshots": "churn" if churn else "same",
                                  "block_tokens": block_tokens, **timing})  # fmt: skip
@@ -316,11 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cold-mb", type=int, default=0,
                         help="stream through this much memory between decisions (cold caches)")  # fmt: skip
+    parser.add_argument("--idle-ms", type=float, default=0.0,
+                        help="sleep this long between decisions (a c=1 gateway's idle gaps)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.src:
         same = ["--iterations", str(args.iterations), "--seed", str(args.seed)]
         same += ["--backends", *map(str, args.backends), "--policies", *args.policies]
-        same += ["--cold-mb", str(args.cold_mb)]
+        same += ["--cold-mb", str(args.cold_mb), "--idle-ms", str(args.idle_ms)]
         return _compare(args, [*same, "--block-tokens", *map(str, args.block_tokens)])
     rows = _rows(args)
     if args.child:
