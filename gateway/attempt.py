@@ -185,7 +185,10 @@ def _record_first_token(
 async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> AttemptFailure | None:
     """Read until the first token (streaming) or the whole body; None when it came."""
     if not stream:
-        exchange.body = await exchange.response.read()
+        body = await exchange.response.read()
+        if not exchange.grammar.answer_shaped(body):  # another backend may answer properly
+            return AttemptFailure(name, "malformed", "answer is not a JSON object of its format")
+        exchange.body = body
         exchange.stats.on_token_event(time.perf_counter())
         return None
     splitter = SseSplitter()
@@ -200,7 +203,7 @@ async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> At
         for event in events:
             carries, obj = exchange.grammar.parse(event)
             if is_malformed(event, obj):
-                return AttemptFailure(name, "malformed", "non-JSON data event before first token")
+                return AttemptFailure(name, "malformed", "malformed data event before first token")
             error = exchange.grammar.error(obj) if obj is not None else None
             if error is not None:
                 log.warning("backend=%s error event: %s", name, scrub(str(error)))

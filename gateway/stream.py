@@ -212,7 +212,7 @@ class UpstreamExchange:
         if is_malformed(event, obj):
             if ended:  # an unterminated last event that does not parse: cut short
                 raise StreamBroken("upstream_truncated", "upstream stream ended mid-event")
-            raise StreamBroken("upstream_malformed", "upstream sent a non-JSON data event")
+            raise StreamBroken("upstream_malformed", "upstream sent a malformed data event")
         error = self.grammar.error(obj) if obj is not None else None
         if error is not None:
             raise StreamBroken("upstream_error_event", upstream_error(error))

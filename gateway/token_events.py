@@ -48,6 +48,30 @@ def chunk_output(obj: Mapping[str, Any]) -> bool | None:
     return output
 
 
+def answer_shaped(obj: Mapping[str, Any]) -> bool:
+    """Whether a non-streaming answer (chat or completions) is shaped like one: ``choices``
+    absent or a list of objects, each ``message`` absent or an object whose ``tool_calls`` are
+    a list of objects. What reads a whole answer (usage, the Messages translation) reads only
+    what this checked."""
+    choices = obj.get("choices")
+    if choices is None:
+        return True  # embeddings and the like: no choices to read
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False
+        message = choice.get("message")
+        if message is None:
+            continue
+        if not isinstance(message, dict):
+            return False
+        calls = message.get("tool_calls")
+        if calls and not _tool_calls_shaped(calls):
+            return False
+    return True
+
+
 def _tool_calls_shaped(calls: object) -> bool:
     """A list of objects whose ``function``, when present, is an object."""
     if not isinstance(calls, list):

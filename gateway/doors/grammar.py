@@ -9,7 +9,9 @@ Anthropic Messages. A grammar is pure: it looks at parsed events, never at a soc
 An event that parses as JSON but is not shaped like its format's events (``"choices": 5``, a
 Messages ``delta`` that is not an object) parses as None, exactly like a non-JSON one, so the
 relay ends the stream as ``upstream_malformed`` (or, before the first token, tries the next
-backend) and nothing after :meth:`Grammar.parse` reads a shape it did not check.
+backend) and nothing after :meth:`Grammar.parse` reads a shape it did not check. A whole
+(non-streaming) answer is checked the same way, by :meth:`Grammar.answer_shaped`, before the
+attempt counts as answered.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 
 from gateway.sse import SseEvent
-from gateway.token_events import chunk_output
+from gateway.token_events import answer_shaped, chunk_output
 
 Obj = dict[str, Any]
 
@@ -38,6 +40,14 @@ def _object(event: SseEvent) -> Obj | None:
         return None
     try:
         obj = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _loads_object(body: bytes) -> Obj | None:
+    try:
+        obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) else None
@@ -67,6 +77,14 @@ class Grammar:
     def output(self, obj: Obj) -> bool | None:
         """Whether the event carries generated output; None when it is malformed."""
         return chunk_output(obj)
+
+    def answer_shaped(self, body: bytes) -> bool:
+        """Whether a non-streaming answer is a JSON object shaped like this format's answers."""
+        obj = _loads_object(body)
+        return obj is not None and self._answer_shaped(obj)
+
+    def _answer_shaped(self, obj: Obj) -> bool:
+        return answer_shaped(obj)
 
     def plain_token(self, event: SseEvent) -> bool | None:
         """For an event whose bytes cannot carry an error, a usage or a finish (nor hide one
@@ -133,6 +151,9 @@ class ResponsesGrammar(Grammar):
     def _finishes(self, obj: Obj) -> bool:
         return False
 
+    def _answer_shaped(self, obj: Obj) -> bool:
+        return True  # relayed as it came (the model renamed): a JSON object is all it needs
+
     def output(self, obj: Obj) -> bool | None:
         kind = obj.get("type")
         if not isinstance(kind, str):
@@ -171,6 +192,9 @@ class MessagesGrammar(Grammar):
 
     def _finishes(self, obj: Obj) -> bool:
         return obj.get("type") == "message_delta"
+
+    def _answer_shaped(self, obj: Obj) -> bool:
+        return True  # relayed as it came (the model renamed): a JSON object is all it needs
 
     def output(self, obj: Obj) -> bool | None:
         kind = obj.get("type")

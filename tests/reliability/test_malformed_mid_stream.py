@@ -55,7 +55,7 @@ MESSAGES_START = [
 ]
 MESSAGES_TOKEN = data({"type": "content_block_delta", "index": 0, "delta": {"text": "tok"}})
 RESPONSES_START = data({"type": "response.created", "response": {"id": "r"}})
-MALFORMED_WORDS = "upstream sent a non-JSON data event"  # gateway/stream.py, for any malformed
+MALFORMED_WORDS = "upstream sent a malformed data event"  # gateway/stream.py, for any malformed
 RESPONSES_TOKEN = data({"type": "response.output_text.delta", "delta": "tok"})
 
 

@@ -35,11 +35,16 @@ def _stop(choice: Obj, stop_sequences: list[str]) -> tuple[str, str | None]:
     return STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"), None
 
 
+def _count(value: object) -> int:
+    """A token count as the upstream gave it; anything but a whole number counts as 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _usage(usage: object) -> Obj:
     usage = usage if isinstance(usage, dict) else {}
     out = {
-        "input_tokens": int(usage.get("prompt_tokens") or 0),
-        "output_tokens": int(usage.get("completion_tokens") or 0),
+        "input_tokens": _count(usage.get("prompt_tokens")),
+        "output_tokens": _count(usage.get("completion_tokens")),
     }
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):

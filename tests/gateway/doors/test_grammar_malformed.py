@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.doors.grammar import MESSAGES, OPENAI, RESPONSES, Grammar
-from gateway.doors.messages.translate import ChatToMessages
+from gateway.doors.messages.translate import ChatToMessages, message_from_chat
 from gateway.grpc.chunk_convert import (
     MalformedChunk,
     chat_chunk_from_json,
@@ -179,3 +179,34 @@ def test_well_formed_events_still_read_as_before() -> None:
     assert MESSAGES.parse(event_of(block)) == (True, block)
     ping = {"type": "ping"}
     assert MESSAGES.parse(event_of(ping)) == (False, ping)
+
+
+@settings(max_examples=400)
+@given(JSON)
+@example({"choices": [{"message": {"content": "x"}, "finish_reason": ["stop"]}], "usage": 5})
+@example({"choices": [{"message": {}}], "usage": {"prompt_tokens": "3", "completion_tokens": []}})
+def test_a_whole_answer_the_grammar_accepts_translates_without_raising(value: Any) -> None:
+    """What reads a non-streaming chat answer once the attempt accepted it (gateway/attempt.py
+    checks ``answer_shaped``): the Messages translation never raises on it."""
+    body = orjson.dumps(value)
+    if OPENAI.answer_shaped(body):
+        message_from_chat(body, "m", ["stop"])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[1]", b"5", b"not json", b'{"choices": 5}', b'{"choices": [5]}',
+     b'{"choices": [{"message": 3}]}', b'{"choices": [{"message": {"tool_calls": [7]}}]}'],
+)  # fmt: skip
+def test_a_whole_answer_of_the_wrong_shape_is_refused(body: bytes) -> None:
+    assert not OPENAI.answer_shaped(body)
+    assert not RESPONSES.answer_shaped(b"[1]") and not MESSAGES.answer_shaped(b"not json")
+
+
+def test_well_formed_whole_answers_are_accepted() -> None:
+    chat = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+    embeddings = {"object": "list", "data": [{"embedding": [0.1]}]}
+    answers: list[dict[str, Any]] = [chat, embeddings, {"choices": []}]
+    for answer in answers:
+        assert OPENAI.answer_shaped(orjson.dumps(answer))
+    assert RESPONSES.answer_shaped(b'{"id": "r"}') and MESSAGES.answer_shaped(b'{"id": "m"}')
