@@ -49,6 +49,7 @@ from gateway.lifecycle.seam import (
     StreamOpened,
 )
 from gateway.scrub import scrub
+from gateway.stream import StreamBroken
 from proto.meridian.v1 import inference_pb2 as pb
 from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
 
@@ -227,6 +228,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                     except MalformedChunk as err:
                         rid = backend_request.request_id
                         log.warning("request_id=%s %s %s", rid, err, scrub(err.detail))
+                        # Handed back to the core, which classifies it as every malformed
+                        # stream (upstream_malformed: counted, against the backend), not as a
+                        # client leaving (what closing the generator here would say).
+                        failed = await events.athrow(StreamBroken("upstream_malformed", str(err)))
+                        if isinstance(failed, StreamFailed):
+                            await _abort_with(context, failed, request_id)
                         await context.abort(grpc.StatusCode.INTERNAL, str(err))
                 elif isinstance(event, StreamOpened):
                     await context.send_initial_metadata(event.metadata)

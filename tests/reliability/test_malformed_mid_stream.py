@@ -25,7 +25,7 @@ from aiohttp import web
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
-from gateway.state_keys import RELAY
+from gateway.state_keys import METRICS, RELAY
 from tests.grpc.grpc_support import chat as grpc_chat
 from tests.reliability.support import (
     MODEL,
@@ -238,9 +238,8 @@ async def test_a_malformed_event_mid_stream_ends_it_as_upstream_malformed(
 GRPC_CASES = [
     ({"choices": 5}, "upstream_malformed"),  # the grammar: the relay's StreamBroken
     # A shape the grammar accepts but the proto cannot hold: the converter's own refusal, in
-    # the servicer, after the relay handed the chunk over (counted as the call's end, not as a
-    # stream error: see /work/notes/issue20.md).
-    ({"choices": [{"delta": {"tool_calls": [{"index": "x"}]}}]}, None),
+    # the servicer, handed back to the core, which counts it like the grammar's.
+    ({"choices": [{"delta": {"tool_calls": [{"index": "x"}]}}]}, "upstream_malformed"),
 ]
 
 
@@ -280,5 +279,12 @@ async def test_a_malformed_event_mid_stream_on_the_grpc_door(
     if kind is not None:
         labels = {"backend": "scripted", "kind": kind}
         assert metric_value(running, "meridian_stream_errors_total", labels) == 1
+    statuses = {
+        s.labels["status"]
+        for family in running.app[METRICS].registry.collect()
+        for s in family.samples
+        if s.name == "meridian_requests_total" and s.labels["protocol"] == "grpc"
+    }
+    assert statuses and "cancelled" not in statuses, statuses  # the backend's, not the client's
     crashes = [r for r in caplog.records if r.exc_info is not None]
     assert not crashes, [r.getMessage() for r in crashes]
