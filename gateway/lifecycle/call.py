@@ -15,7 +15,8 @@ A door builds an :class:`~gateway.lifecycle.core.Arrival`, makes a :class:`CoreC
    outcome classification (:mod:`gateway.lifecycle.outcome`), and
 4. ``call.close()`` in a ``finally`` — whatever happened: rendered, broken, the client gone in
    the instant the open finished. It releases everything and counts ``meridian_requests_total``
-   once; before an open finished it does nothing (the relay core released it all already).
+   once; before an open finished it does nothing (the relay core released it all already, and
+   ``open`` counted the request: refused, or cancelled when the client left before a token).
 
 The relay's :class:`~gateway.lifecycle.seam.InferenceBackend` (``gateway/grpc/relay_backend.py``)
 is :meth:`CoreCall.events` rendered as seam events; the HTTP/SSE door
@@ -37,7 +38,8 @@ from typing import TYPE_CHECKING
 from gateway.errors import ApiError
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import InboundRequest
-from gateway.lifecycle.core import Arrival, Exchange, accept, forward_headers, refused
+from gateway.lifecycle.core import Arrival, Exchange, accept, count, forward_headers, refused
+from gateway.signals.outlier import FailureKind
 from gateway.sse import SseEvent
 from gateway.stream import OpenedStream
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from gateway.relay import Relay
 
 Check = Callable[[InboundRequest], None]
+CANCELLED = FailureKind.CANCELLED
 
 
 def _deadline_error() -> ApiError:
@@ -112,6 +115,11 @@ class CoreCall:
             error = _deadline_error()
             self._refuse(error)
             raise error from None
+        except asyncio.CancelledError:
+            # The client left (or its door closed) before a first token: the relay core
+            # released everything; counted once here, as an exchange that ends cancelled is.
+            count(self.relay, arrival.door, arrival.endpoint, inbound.model, CANCELLED.value)
+            raise
         self._exchange = Exchange(self.relay, arrival, inbound, opened)
         return opened
 

@@ -381,3 +381,31 @@ async def test_a_refused_call_is_counted_once_and_closes_to_nothing(rig: Rig) ->
     call.close()  # nothing to end: the relay core released it all
     assert _requests(rig, "m-refused", "503") == before + 1
     await rig.back_to_zero()
+
+
+async def test_a_client_that_leaves_before_its_first_token_is_counted_once_on_both_doors(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cancelled while awaiting the first token: released by the relay core, and counted once
+    in meridian_requests_total as cancelled, the same on both doors (it was not counted)."""
+
+    def cancelled(protocol: str) -> float:
+        labels = {"protocol": protocol, "endpoint": "chat", "model": "m-stall"}
+        return metric_value(
+            rig.gateway, "meridian_requests_total", {**labels, "status": "cancelled"}
+        )
+
+    http, grpc_before = cancelled("http"), cancelled("grpc")  # the rig is shared by the file
+    url = rig.gateway.url
+    await leave_once_admitted(rig.emulators["stall"], [_http_wait(url, _body("stall"))])
+    await rig.back_to_zero()
+    await settle(lambda: cancelled("http") == http + 1)
+    target = rig.gateway.app[GRPC_SERVER].target
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = inference_stub(channel).ChatCompletion(chat(model="m-stall", max_tokens=4))
+        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        call.cancel()
+        await rig.back_to_zero()
+    await settle(lambda: cancelled("grpc") == grpc_before + 1)
+    assert cancelled("http") == http + 1  # once, not again
+    no_invalid_transition(caplog)
