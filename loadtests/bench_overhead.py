@@ -5,9 +5,10 @@ through the gateway, side by side in one run, at concurrency 1 and 64.
         [--workers 1 2] [--src before=DIR ...]
 
 Three processes: the emulator (``meridian emulate``), the gateway (``meridian serve``) and this
-load generator. Direct and gateway runs alternate (``--rounds`` times) so machine noise hits
-both alike; percentiles are taken over the pooled requests of each side. Reported: TTFT and ITL
-p50/p99 direct vs through the gateway, the difference (added latency), and requests/s.
+load generator. Direct and gateway runs alternate (``--rounds`` times, each round starting one
+side later than the one before) so machine noise and run order hit every side alike;
+percentiles are taken over the pooled requests of each side. Reported: TTFT and ITL p50/p99
+direct vs through the gateway, the difference (added latency), and requests/s.
 ``--src NAME=DIR`` adds a one-worker gateway running another checkout's code (``PYTHONPATH``;
 e.g. ``git archive main`` unpacked in DIR) to every round: before/after in the same run.
 """
@@ -132,12 +133,13 @@ async def measure(
             direct: list[BenchResult] = []
             through: dict[int, list[BenchResult]] = {n: [] for n in counts}
             others: dict[str, list[BenchResult]] = {name: [] for name in src_urls}
-            for _ in range(rounds):
-                direct.append(await run_bench(backend_url, workload, options))
-                for n, url in urls.items():
-                    through[n].append(await run_bench(url, workload, options))
-                for name, url in src_urls.items():
-                    others[name].append(await run_bench(url, workload, options))
+            runs: list[tuple[str, list[BenchResult]]] = [(backend_url, direct)]
+            runs += [(url, through[n]) for n, url in urls.items()]
+            runs += [(url, others[name]) for name, url in src_urls.items()]
+            for turn in range(rounds):
+                # Each round starts one side later: no side always runs first (or last).
+                for url, results in runs[turn % len(runs) :] + runs[: turn % len(runs)]:
+                    results.append(await run_bench(url, workload, options))
             sides = {n: _side(results) for n, results in through.items()}
             by_src = {name: _side(results) for name, results in others.items()}
             levels.append(Level(concurrency, _side(direct), sides[counts[0]], sides, by_src))
