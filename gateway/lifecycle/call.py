@@ -32,6 +32,7 @@ routing or observability changes.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,7 @@ from gateway.stream import OpenedStream
 if TYPE_CHECKING:
     from gateway.relay import Relay
 
+log = logging.getLogger("meridian.impossible")
 Check = Callable[[InboundRequest], None]
 CANCELLED = FailureKind.CANCELLED
 
@@ -120,10 +122,17 @@ class CoreCall:
             # released everything; counted once here, as an exchange that ends cancelled is.
             count(self.relay, arrival.door, arrival.endpoint, inbound.model, CANCELLED.value)
             raise
+        except Exception as exc:
+            # A bug below the door (the router's own invariants included, which are type
+            # checks): an impossible state like any other, never a crash of the handler.
+            log.exception(
+                "unexpected error before the first token request_id=%s", arrival.request_id
+            )
+            raise self.impossible(exc) from None
         self._exchange = Exchange(self.relay, arrival, inbound, opened)
         return opened
 
-    def impossible(self, exc: ImpossibleState) -> ApiError:
+    def impossible(self, exc: Exception) -> ApiError:
         """An impossible state before the first token: logged, counted, the client's error."""
         error = internal_error(self.arrival.request_id, self.arrival.door, exc)
         self._refuse(error)
