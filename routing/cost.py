@@ -57,7 +57,6 @@ def price_columns(view: FleetView) -> PriceColumns:
         return PriceColumns(prompt, cached, completion, hourly, bool(np.any(hourly > 0)))
 
     columns = view.remember("price_columns", build)
-    assert isinstance(columns, PriceColumns)
     return columns
 
 

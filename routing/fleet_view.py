@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import compress
 from operator import is_not
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +23,7 @@ from routing.types import BackendKind, BackendSpec, BackendState, FleetSnapshot
 
 F64 = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
+T = TypeVar("T")
 Rows = npt.NDArray[np.intp]
 
 _NAN = float("nan")
@@ -110,11 +112,13 @@ class FleetView:
     def __len__(self) -> int:
         return len(self.names)
 
-    def remember(self, key: Hashable, build: Callable[[], object]) -> object:
-        """Cache for things that depend only on the layout (names and specs) and ``key``."""
+    def remember(self, key: Hashable, build: Callable[[], T]) -> T:
+        """Cache for things that depend only on the layout (names and specs) and ``key``. A
+        key is built by one caller only (it names what it holds), so the value is ``build``'s
+        type: a cast, not a runtime check on the decision path."""
         if key not in self.memo:
             self.memo[key] = build()
-        return self.memo[key]
+        return cast(T, self.memo[key])
 
     def changed_since(self, version: int) -> Sequence[int] | None:
         """Rows rewritten after ``version``; None if that is not known (redo every row)."""
@@ -180,6 +184,11 @@ def _spec_column(specs: tuple[BackendSpec, ...], get: Callable[[BackendSpec], fl
 
 def build_view(fleet: FleetSnapshot) -> FleetView:
     return FleetView(fleet)
+
+
+def empty_view() -> FleetView:
+    """A view of no backends: what a column set holds before its first ``bind``."""
+    return FleetView(FleetSnapshot(backends={}))
 
 
 class ViewCache:

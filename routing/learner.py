@@ -43,6 +43,13 @@ def _ewma(current: float | None, sample: float, alpha: float) -> float:
     return sample if current is None else current + alpha * (sample - current)
 
 
+def _ttft(obs: Observation) -> float:
+    """The sample's measured TTFT. Only samples with one get past ``observe`` and
+    ``observe_first_token`` (they return first), so the ``or`` never applies: it narrows the
+    type with no check on the request path."""
+    return obs.ttft_ms or 0.0
+
+
 def _cold_start_of(obs: Observation, predicted_cold: float, spec: BackendSpec | None) -> bool:
     """Did this request pay a cold start? The backend's word if given; else whether the
     residual left after the warm terms holds at least half a cold start."""
@@ -53,9 +60,8 @@ def _cold_start_of(obs: Observation, predicted_cold: float, spec: BackendSpec | 
         full = predicted_cold
     if full <= 0.0:
         return False
-    assert obs.ttft_ms is not None
     warm = sum(obs.predicted_terms_ms.values()) - predicted_cold
-    return obs.ttft_ms - warm > 0.5 * full
+    return _ttft(obs) - warm > 0.5 * full
 
 
 class OnlineLearner:
@@ -147,13 +153,12 @@ class OnlineLearner:
         self._learn_ttft(est, obs, spec)
 
     def _learn_ttft(self, est: BackendEstimate, obs: Observation, spec: BackendSpec | None) -> None:
-        assert obs.ttft_ms is not None
         terms = obs.predicted_terms_ms
         predicted = obs.predicted_ttft_ms
         if predicted is None and terms:
             predicted = sum(terms.values())
         if predicted is not None and predicted > 0:
-            self._calibrate(est, obs.ttft_ms / predicted)
+            self._calibrate(est, _ttft(obs) / predicted)
         if terms:
             shift, held = est.shift_ms, est.shift_held_ms
             self._stepped_now = False
@@ -229,12 +234,11 @@ class OnlineLearner:
         term takes it as a rate only when the time it implies is physically plausible for
         that term (positive, at most ``offset_ratio`` x predicted); anything else is an
         offset (an RTT change, a stalled hop), whichever term dominated."""
-        assert obs.ttft_ms is not None
         queue, prefill, step, cold = (terms.get(k, 0.0) for k in _VARIABLE)
         if prefill > 0:
             est.prefill_ms = _ewma(est.prefill_ms, prefill, self.params.alpha)
         fixed = sum(terms.values()) - queue - prefill - step - cold
-        variable = obs.ttft_ms - fixed  # what queue + prefill + step + cold start really took
+        variable = _ttft(obs) - fixed  # what queue + prefill + step + cold start really took
         if _cold_start_of(obs, cold, spec):
             if obs.cold_start:  # only the backend's word measures a whole cold start
                 sample = max(0.0, variable - queue - prefill - step)

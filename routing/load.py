@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from routing.fleet_view import F64, FleetView
+from routing.fleet_view import F64, FleetView, empty_view
 from routing.inflight import InFlightLedger
 from routing.prefilling import Prefilling
 
@@ -27,7 +27,7 @@ _INF = float("inf")
 class LoadColumns:
     def __init__(self, ledger: InFlightLedger) -> None:
         self.ledger = ledger
-        self._view: FleetView | None = None
+        self._view: FleetView = empty_view()  # until ``bind``: no rows
         self._version = -1
         self._oldest = _INF  # the oldest reservation we know of (maybe released since)
         self.open = np.zeros(0)  # reservations not yet released
@@ -94,7 +94,6 @@ class LoadColumns:
     def warmed(self, row: int, now: float, cold_until: float | None) -> None:
         """A warm-up was sent to ``row`` at ``now``; ``cold_until``: when the cold start it
         set off ends, if the backend was possibly cold."""
-        assert self._view is not None
         backend = self._view.names[row]
         self.ledger.warmed(backend, now)
         if cold_until is not None:
@@ -107,7 +106,6 @@ class LoadColumns:
         self.touched.update(self.prefilling.expire(now))
 
     def metrics_as_of(self, row: int) -> float:
-        assert self._view is not None
         return float(self._view.metrics_as_of[row])
 
     def warming_ms(self, view: FleetView, now: float) -> F64 | None:
@@ -157,7 +155,6 @@ class LoadColumns:
         self.touched = set()
 
     def _derive_row(self, row: int, now: float) -> None:
-        assert self._view is not None
         backend = self._view.names[row]
         self.open[row], self.after_metrics[row] = 0.0, 0.0
         self.last_reserved_at[row] = np.nan
@@ -170,7 +167,6 @@ class LoadColumns:
         self._update(row)
 
     def _from_ledger(self, row: int, backend: str, now: float) -> None:
-        assert self._view is not None
         self.open[row] = self.ledger.open_count(backend, now)
         since = float(self._view.metrics_as_of[row])
         self.after_metrics[row] = self.ledger.opened_after(backend, since, now)
@@ -180,7 +176,6 @@ class LoadColumns:
     def _update(self, row: int, engine_moved: bool = True) -> None:
         """Re-derive ``row``; ``engine_moved``: its scrape or ``gone`` may have changed."""
         view = self._view
-        assert view is not None
         local = max(view.in_flight.item(row), self.open.item(row))
         self.local[row] = local
         if view.has_metrics[row]:

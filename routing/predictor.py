@@ -115,7 +115,6 @@ def _placement(view: FleetView, penalty_ms: Mapping[str, float]) -> F64 | None:
         return None
     key = ("placement", tuple(sorted(penalty_ms.items())))
     column = view.remember(key, lambda: np.array([penalty_ms.get(r, 0.0) for r in view.regions]))
-    assert isinstance(column, np.ndarray)
     return column
 
 
@@ -155,7 +154,6 @@ def predict(
     if not one_step:
         np.multiply(step, rt.decode, out=step)  # the steps the prefill spans, each paying decode
     zeros = view.remember("zeros", lambda: np.zeros(len(view)))
-    assert isinstance(zeros, np.ndarray)
     queue, base, decode = rt.queue, rt.base, rt.decode
     if rt.arriving:  # other clients' prefill since the scrape, still ahead (routing.arrivals)
         since = np.maximum(now - view.metrics_as_of, 0.0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from routing.fleet_view import FleetView
+from routing.fleet_view import FleetView, empty_view
 
 _INF = float("inf")
 _AT, _DUE, _WORK = 0, 1, 2  # an entry: [reserved at, due, work ms] (mutable: ``describe``)
@@ -28,7 +28,7 @@ class Prefilling:
     """Per-row values are plain lists: they are read and written one row at a time."""
 
     def __init__(self) -> None:
-        self._view: FleetView | None = None
+        self._view: FleetView = empty_view()  # until ``allocate``: no rows
         self._names: tuple[str, ...] = ()
         # backend -> reservations, oldest first (by name: they outlive a view's layout)
         self._entries: dict[str, deque[list[float]]] = {}
@@ -86,7 +86,6 @@ class Prefilling:
     def recount(self, row: int, now: float) -> None:
         """Drop what a newer scrape shows or what is due by ``now``; sum the rest."""
         view = self._view
-        assert view is not None
         name = self._names[row]
         self._until[row] = _INF
         entries = self._entries.get(name)
@@ -105,7 +104,6 @@ class Prefilling:
             del self._entries[name]
 
     def recount_all(self, now: float) -> None:
-        assert self._view is not None
         index = self._view.index
         for name in list(self._entries):
             row = index.get(name)

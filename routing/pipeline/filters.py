@@ -165,7 +165,6 @@ class CapacityLeft(_Dynamic):
             ("capacity-limit", self.max_queue_ratio),
             lambda: view.max_num_seqs * (1.0 + self.max_queue_ratio),
         )
-        assert isinstance(limit, np.ndarray)
         return limit
 
     def keep(self, ctx: FilterContext) -> Mask:
@@ -256,7 +255,6 @@ def static_verdict(
         return mask, tuple(found), int(np.count_nonzero(mask))
 
     cached = ctx.view.remember(key, run_static)
-    assert isinstance(cached, tuple)
     return cached
 
 

@@ -17,6 +17,12 @@ from routing.types import Candidate, Observation, RequestProfile
 Annotate = Callable[[tuple[Candidate, ...], Sequence[int]], tuple[Candidate, ...]]
 
 
+class RoutingInvariantError(RuntimeError):
+    """A state routing's own construction rules out (a bug, not bad input). Raised instead of
+    an ``assert``: the gateway's core turns it into a logged impossible state with the request
+    id and the door's own error (gateway/lifecycle/call.py)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ScoreContext:
     view: FleetView
@@ -35,6 +41,12 @@ class Scores:
     mode: str = ""  # which branch of a policy decided, e.g. "cache affinity"
     explored: bool = False  # one row's score was lowered to re-measure it (routing.exploration)
     annotate: Annotate | None = None
+
+    def predicted(self) -> Prediction:
+        """The prediction of a scorer that always predicts (predicted_ttft and its kin)."""
+        if self.prediction is None:
+            raise RoutingInvariantError(f"scores without a prediction ({self.basis})")
+        return self.prediction
 
 
 class Scorer(Protocol):

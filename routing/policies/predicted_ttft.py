@@ -281,8 +281,7 @@ class PredictedTTFTScorer:
         if profile.prefix_hashes:
             # Optimistic: the next request with this prefix will queue behind this one anyway.
             record(self.index, backend, profile.prefix_hashes, profile.block_tokens, ctx.now)
-        pred = scores.prediction
-        assert pred is not None  # this scorer always predicts
+        pred = scores.predicted()  # this scorer always predicts
         cold_ms = self.learned.cold_start_ms.item(row)
         if 0 < cold_ms <= 2.0 * pred.term("cold_start", row):
             ctx.load.ledger.mark_warming(backend, ctx.now + cold_ms / 1000.0)

@@ -73,8 +73,7 @@ class SloCostScorer(PredictedTTFTScorer):
         objective = profile.ttft_objective_ms or self.slo.default_objective_ms
         if objective is None:
             return replace(fastest, mode="no TTFT objective: fastest")
-        pred = fastest.prediction
-        assert pred is not None  # the predicted-TTFT scorer always predicts
+        pred = fastest.predicted()  # the predicted-TTFT scorer always predicts
         rows = ctx.rows.tolist()
         p90 = p90_within(pred, rows, objective)
         meets = p90 <= objective  # NaN compares False

@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 import routing
+from routing.pipeline.scoring import RoutingInvariantError, Scores
 
 ROOT = Path(routing.__file__).parent
 FORBIDDEN_MODULES = {
@@ -100,3 +104,30 @@ def test_the_scan_reads_every_routing_module() -> None:
     scanned = {path.relative_to(ROOT).as_posix() for path in _files()}
     assert {"__init__.py", "types.py"} <= scanned
     assert all(not name.startswith("..") for name in scanned)
+
+
+def assert_offenders(root: Path) -> list[str]:
+    """Every ``assert`` statement under ``root``: on the request path one is a crash (and
+    ``python -O`` removes it); an impossible state raises a named error instead."""
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        offenders += [f"{path}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Assert)]
+    return offenders
+
+
+def test_no_assert_on_the_request_path() -> None:
+    gateway_root = ROOT.parent / "gateway"
+    assert gateway_root.is_dir()
+    assert assert_offenders(ROOT) == [] and assert_offenders(gateway_root) == []
+
+
+def test_the_assert_scan_finds_one(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("def f(x):\n    assert x\n")
+    assert assert_offenders(tmp_path) == [f"{tmp_path / 'm.py'}:2"]
+
+
+def test_scores_of_a_predicting_scorer_without_a_prediction_are_an_invariant_error() -> None:
+    scores = Scores(np.zeros(1), "predicted TTFT (ms)")
+    with pytest.raises(RoutingInvariantError, match="without a prediction"):
+        scores.predicted()
