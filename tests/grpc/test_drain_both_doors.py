@@ -12,60 +12,19 @@ import aiohttp
 import grpc
 import orjson
 import pytest
-from aiohttp import web
 
 from gateway.app import start_gateway
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
-from gateway.relay_state import build_state
 from gateway.state_keys import METRICS, RELAY
 from loadtests.emulator.config import EmulatedBackendConfig
 from loadtests.emulator.server import start_emulated_backend
-from routing.types import (
-    Decision,
-    FirstToken,
-    FirstTokenObserver,
-    FleetSnapshot,
-    Observation,
-    PolicyRouter,
-    RequestProfile,
-)
 from tests.grpc.grpc_support import FAST_ENGINE, MODEL, chat
+from tests.routers import RecordingRouter, wrap_router
 from tests.servers import settle
 
 SLOW = FAST_ENGINE.model_copy(update={"decode_base_ms": 20.0})  # 500 tokens: 10 s
-
-
-class RecordingRouter:
-    """The real router, with every learning input it receives written down."""
-
-    def __init__(self, inner: PolicyRouter) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.observed: list[Observation] = []
-        self.first_tokens: list[str] = []
-
-    def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
-        return self.inner.decide(profile, fleet, now)
-
-    def explain(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
-        return self.inner.explain(profile, fleet, now)
-
-    def observe(self, observation: Observation) -> None:
-        self.observed.append(observation)
-        self.inner.observe(observation)
-
-    def observe_first_token(self, first: FirstToken) -> None:
-        self.first_tokens.append(first.backend)
-        if isinstance(self.inner, FirstTokenObserver):
-            self.inner.observe_first_token(first)
-
-    def reserve(self, backend: str, now: float) -> None:
-        self.inner.reserve(backend, now)
-
-    def release(self, backend: str) -> None:
-        self.inner.release(backend)
 
 
 @pytest.fixture
@@ -93,13 +52,7 @@ async def rig() -> AsyncIterator[tuple[Any, Any, RecordingRouter]]:
             },
         }
         recorder: list[RecordingRouter] = []
-
-        def record_learning(app: web.Application) -> None:
-            relay = app[RELAY]
-            router = RecordingRouter(relay.router)
-            relay.swap(build_state(relay.config, router=router, previous=relay.state))
-            recorder.append(router)
-
+        record_learning = wrap_router(RecordingRouter, recorder)
         gateway = await start_gateway(parse_config(data, "<drain-test>"), prepare=record_learning)
         stack.push_async_callback(gateway.close)
         channel = await stack.enter_async_context(

@@ -13,43 +13,26 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from aiohttp import web
 
 from gateway.app import start_gateway
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
-from gateway.relay_state import build_state
 from gateway.state_keys import RELAY
 from loadtests.emulator.config import EmulatedBackendConfig
 from loadtests.emulator.server import start_emulated_backend
-from routing.types import Decision, FleetSnapshot, Observation, PolicyRouter, RequestProfile
+from routing.types import Decision, FleetSnapshot, RequestProfile
 from tests.grpc.grpc_support import FAST_ENGINE, MODEL, chat
 from tests.reliability.support import metric_value
+from tests.routers import DelegatingRouter, wrap_router
 from tests.servers import settle
 
 
-class InvariantBrokenRouter:
+class InvariantBrokenRouter(DelegatingRouter):
     """The real router, except that its decision hits a broken invariant."""
-
-    def __init__(self, inner: PolicyRouter) -> None:
-        self.inner = inner
-        self.name = inner.name
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         raise AssertionError("a routing invariant, broken")
-
-    def explain(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
-        return self.inner.explain(profile, fleet, now)
-
-    def observe(self, observation: Observation) -> None:
-        self.inner.observe(observation)
-
-    def reserve(self, backend: str, now: float) -> None:
-        self.inner.reserve(backend, now)
-
-    def release(self, backend: str) -> None:
-        self.inner.release(backend)
 
 
 @pytest.fixture
@@ -66,11 +49,7 @@ async def broken() -> AsyncIterator[Any]:
             ],
         }
 
-        def break_routing(app: web.Application) -> None:
-            relay = app[RELAY]
-            router = InvariantBrokenRouter(relay.router)
-            relay.swap(build_state(relay.config, router=router, previous=relay.state))
-
+        break_routing = wrap_router(InvariantBrokenRouter, [])
         gateway = await start_gateway(parse_config(data, "<fault-test>"), prepare=break_routing)
         stack.push_async_callback(gateway.close)
         yield gateway

@@ -12,20 +12,18 @@ from typing import Any, Literal
 import grpc
 import openai
 import pytest
-from aiohttp import web
 
 from gateway.app import RunningGateway, start_gateway
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
-from gateway.relay_state import build_state
 from gateway.state_keys import RELAY
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import FAST_ENGINE
-from tests.grpc.test_drain_both_doors import RecordingRouter
 from tests.reliability.support import metric_value
+from tests.routers import RecordingRouter, wrap_router
 
 MODEL = "unserved-model"
 Rig = tuple[RunningGateway, dict[str, RunningEmulator], RecordingRouter]
@@ -70,13 +68,7 @@ async def start() -> AsyncIterator[Start]:
                 },
             }
             recorder: list[RecordingRouter] = []
-
-            def record_learning(app: web.Application) -> None:
-                relay = app[RELAY]
-                router = RecordingRouter(relay.router)
-                relay.swap(build_state(relay.config, router=router, previous=relay.state))
-                recorder.append(router)
-
+            record_learning = wrap_router(RecordingRouter, recorder)
             config = parse_config(data, "<unserved-test>")
             gateway = await start_gateway(config, prepare=record_learning)
             stack.push_async_callback(gateway.close)
