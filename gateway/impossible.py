@@ -20,8 +20,10 @@ class ImpossibleState(Exception):
 
 
 def internal_error(request_id: str, door: str, exc: BaseException) -> ApiError:
-    """Log ``exc`` for the operator and return what the client is told instead."""
-    log.error("impossible state request_id=%s door=%s: %s", request_id, door, exc)
+    """Log ``exc`` for the operator (once; with its traceback when it is a bug rather than an
+    :class:`ImpossibleState` the code named) and return what the client is told instead."""
+    trace = None if isinstance(exc, ImpossibleState) else exc
+    log.error("impossible state request_id=%s door=%s: %s", request_id, door, exc, exc_info=trace)
     return ApiError(
         500,
         f"internal error in the gateway; quote request id {request_id}",

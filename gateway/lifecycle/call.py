@@ -32,7 +32,6 @@ routing or observability changes.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -47,7 +46,6 @@ from gateway.stream import OpenedStream
 if TYPE_CHECKING:
     from gateway.relay import Relay
 
-log = logging.getLogger("meridian.impossible")
 Check = Callable[[InboundRequest], None]
 CANCELLED = FailureKind.CANCELLED
 
@@ -109,8 +107,6 @@ class CoreCall:
         except ApiError as refusal:
             self._refuse(refusal)
             raise
-        except ImpossibleState as exc:
-            raise self.impossible(exc) from None
         except TimeoutError:
             if arrival.timeout_s is None:
                 raise
@@ -123,11 +119,8 @@ class CoreCall:
             count(self.relay, arrival.door, arrival.endpoint, inbound.model, CANCELLED.value)
             raise
         except Exception as exc:
-            # A bug below the door (the router's own invariants included, which are type
-            # checks): an impossible state like any other, never a crash of the handler.
-            log.exception(
-                "unexpected error before the first token request_id=%s", arrival.request_id
-            )
+            # An impossible state, or a bug below the door (a routing invariant): never a
+            # crash of the handler (internal_error logs a bug's traceback).
             raise self.impossible(exc) from None
         self._exchange = Exchange(self.relay, arrival, inbound, opened)
         return opened
