@@ -52,16 +52,19 @@ def hang_bound(within_s: float) -> float:
     return max(within_s, HANG_BOUND_S)
 
 
-async def settle(predicate: Callable[[], bool], within_s: float = 30.0) -> float:
-    """Poll until ``predicate()``; returns how long it took. ``within_s`` is a ceiling against
-    hangs, not a timing claim: it fails the test when reached (never before HANG_BOUND_S)."""
+async def settle(
+    predicate: Callable[[], bool], within_s: float = 30.0, step_s: float = 0.005
+) -> float:
+    """Poll until ``predicate()`` (every ``step_s``); returns how long it took. ``within_s``
+    is a ceiling against hangs, not a timing claim: it fails the test when reached (never
+    before HANG_BOUND_S)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     within_s = hang_bound(within_s)
     while not predicate():
         if loop.time() - start > within_s:
             raise AssertionError(f"condition not met within {within_s:.1f}s")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(step_s)
     return loop.time() - start
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import orjson
 
-from tests.servers import hang_bound
+from tests.servers import settle
 
 
 async def raw_post(
@@ -32,14 +32,7 @@ async def raw_post(
 async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> float:
     """Seconds until ``predicate()`` held; fails the test after ``within`` seconds (a bound for
     a test that would otherwise hang, generous for a busy machine: never a timing claim)."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    within = hang_bound(within)
-    while not predicate():
-        if loop.time() - start > within:
-            raise AssertionError(f"condition not met within {within} s")
-        await asyncio.sleep(0.001)
-    return loop.time() - start
+    return await settle(predicate, within, step_s=0.001)
 
 
 def chat(prompt: str = "hello", **extra: object) -> dict[str, object]:
