@@ -186,9 +186,13 @@ async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> At
     """Read until the first token (streaming) or the whole body; None when it came."""
     if not stream:
         body = await exchange.response.read()
-        if not exchange.grammar.answer_shaped(body):  # another backend may answer properly
+        answer = exchange.grammar.answer(body)
+        if answer is None:  # another backend may answer properly
             return AttemptFailure(name, "malformed", "answer is not a JSON object of its format")
         exchange.body = body
+        usage = answer.get("usage")
+        if isinstance(usage, dict):
+            exchange.usage = usage
         exchange.stats.on_token_event(time.perf_counter())
         return None
     splitter = SseSplitter()

@@ -10,7 +10,7 @@ An event that parses as JSON but is not shaped like its format's events (``"choi
 Messages ``delta`` that is not an object) parses as None, exactly like a non-JSON one, so the
 relay ends the stream as ``upstream_malformed`` (or, before the first token, tries the next
 backend) and nothing after :meth:`Grammar.parse` reads a shape it did not check. A whole
-(non-streaming) answer is checked the same way, by :meth:`Grammar.answer_shaped`, before the
+(non-streaming) answer is checked the same way, by :meth:`Grammar.answer`, before the
 attempt counts as answered.
 """
 
@@ -78,10 +78,11 @@ class Grammar:
         """Whether the event carries generated output; None when it is malformed."""
         return chunk_output(obj)
 
-    def answer_shaped(self, body: bytes) -> bool:
-        """Whether a non-streaming answer is a JSON object shaped like this format's answers."""
+    def answer(self, body: bytes) -> Obj | None:
+        """A non-streaming answer, parsed; None unless it is a JSON object shaped like this
+        format's answers."""
         obj = _loads_object(body)
-        return obj is not None and self._answer_shaped(obj)
+        return obj if obj is not None and self._answer_shaped(obj) else None
 
     def _answer_shaped(self, obj: Obj) -> bool:
         return answer_shaped(obj)

@@ -204,12 +204,6 @@ def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> we
     if opened.exchange.body is None:
         raise ImpossibleState("a non-streaming exchange without its body")
     now = time.perf_counter()
-    try:
-        usage = orjson.loads(opened.exchange.body).get("usage")
-        if isinstance(usage, dict):
-            opened.exchange.usage = usage
-    except (orjson.JSONDecodeError, AttributeError):
-        pass
     summary = opened.summary(now)
     headers = _response_headers(request_id, opened)
     headers["Server-Timing"] += ", " + TimingEntry("e2e", summary["e2e_ms"]).render()

@@ -52,10 +52,7 @@ async def door_chunks(
     :class:`UpstreamErrorEvent` when the exchange fails."""
     rename = public_model_renamer(inbound, opened)
     if opened.exchange.body is not None:  # a non-streaming exchange: its whole answer
-        answer = _object(rename(opened.exchange.body), "answer")
-        if isinstance(answer.get("usage"), dict):
-            opened.exchange.usage = answer["usage"]
-        yield answer
+        yield _object(rename(opened.exchange.body), "answer")  # its usage: read by the attempt
         return
     if inbound.endpoint is Endpoint.MESSAGES:
         async for event in _messages_events(inbound, opened, events):

@@ -187,9 +187,9 @@ def test_well_formed_events_still_read_as_before() -> None:
 @example({"choices": [{"message": {}}], "usage": {"prompt_tokens": "3", "completion_tokens": []}})
 def test_a_whole_answer_the_grammar_accepts_translates_without_raising(value: Any) -> None:
     """What reads a non-streaming chat answer once the attempt accepted it (gateway/attempt.py
-    checks ``answer_shaped``): the Messages translation never raises on it."""
+    checks ``Grammar.answer``): the Messages translation never raises on it."""
     body = orjson.dumps(value)
-    if OPENAI.answer_shaped(body):
+    if OPENAI.answer(body) is not None:
         message_from_chat(body, "m", ["stop"])
 
 
@@ -199,8 +199,8 @@ def test_a_whole_answer_the_grammar_accepts_translates_without_raising(value: An
      b'{"choices": [{"message": 3}]}', b'{"choices": [{"message": {"tool_calls": [7]}}]}'],
 )  # fmt: skip
 def test_a_whole_answer_of_the_wrong_shape_is_refused(body: bytes) -> None:
-    assert not OPENAI.answer_shaped(body)
-    assert not RESPONSES.answer_shaped(b"[1]") and not MESSAGES.answer_shaped(b"not json")
+    assert OPENAI.answer(body) is None
+    assert RESPONSES.answer(b"[1]") is None and MESSAGES.answer(b"not json") is None
 
 
 def test_well_formed_whole_answers_are_accepted() -> None:
@@ -208,5 +208,5 @@ def test_well_formed_whole_answers_are_accepted() -> None:
     embeddings = {"object": "list", "data": [{"embedding": [0.1]}]}
     answers: list[dict[str, Any]] = [chat, embeddings, {"choices": []}]
     for answer in answers:
-        assert OPENAI.answer_shaped(orjson.dumps(answer))
-    assert RESPONSES.answer_shaped(b'{"id": "r"}') and MESSAGES.answer_shaped(b'{"id": "m"}')
+        assert OPENAI.answer(orjson.dumps(answer)) == answer
+    assert RESPONSES.answer(b'{"id": "r"}') == {"id": "r"} == MESSAGES.answer(b'{"id": "r"}')
