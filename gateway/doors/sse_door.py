@@ -23,6 +23,7 @@ from gateway.chain.hop import HOP_HEADERS
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
 from gateway.http_socket.policy import DOOR, body_too_slow
+from gateway.http_socket.protocol import DoorRequestHandler
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, request_id_from
 from gateway.lifecycle.call import CoreCall
@@ -75,6 +76,8 @@ async def _read_body(request: web.Request) -> bytes:
         raise too_large from None
     except TimeoutError:
         request.app[DOOR].metrics.timeouts.labels("body").inc()
+        if isinstance(request.protocol, DoorRequestHandler):
+            request.protocol.linger_briefly()
         raise body_too_slow(request.app[RELAY].config.door.body_timeout_s) from None
 
 

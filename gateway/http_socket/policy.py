@@ -93,9 +93,11 @@ DOOR = web.AppKey("door_policy", DoorPolicy)
 
 
 def body_too_slow(seconds: float) -> ApiError:
+    """The rest of the body is not waited for: the connection ends after this answer."""
     return ApiError(
         408,
         f"the request body did not arrive within {seconds:g}s",
         "invalid_request_error",
         "request_timeout",
+        headers=(("Connection", "close"),),
     )

@@ -7,7 +7,9 @@ shape with fixed words instead, and logs one line naming only the status and the
 
 A head that never finishes gets a 408, then the socket *lingers* (:class:`HeadTimeoutLinger`)
 instead of closing at once: closing a socket whose partial head the loop has not read yet is a
-reset, and a reset can cost the client the 408 written just before it.
+reset, and a reset can cost the client the 408 written just before it. A body that never
+finishes lingers the same bounded time (:meth:`DoorRequestHandler.linger_briefly`, through
+aiohttp's own lingering read of the rest of the body).
 """
 
 from __future__ import annotations
@@ -110,6 +112,12 @@ class DoorRequestHandler(RequestHandler):
             return
         self._counted_as = client
         self._head_timer = self._loop.call_later(door.config.header_timeout_s, self._head_late)
+
+    def linger_briefly(self) -> None:
+        """After a body-timeout 408: read and drop what the slow client still sends for
+        :data:`LINGER_S` at most (aiohttp's default is 10 s), so the close after the answer is
+        a FIN, not a reset, and a slow client does not hold the socket longer."""
+        self._lingering_time = min(self._lingering_time, LINGER_S)
 
     def skip_lingering(self) -> None:
         """Close right after this response instead of reading the rest of the body for up to

@@ -23,6 +23,7 @@ import yaml
 
 from gateway.timing import parse
 from loadtests.emulator.fleet import FleetError, load_fleet
+from tests.servers import hang_bound
 
 MERIDIAN = [sys.executable, "-m", "gateway.cli"]
 START_TIMEOUT_S = 30.0
@@ -186,7 +187,7 @@ async def wait_for_signals(
     session: aiohttp.ClientSession, gateway: str, model: str, timeout_s: float = 15.0
 ) -> dict[str, Any]:
     """Until the gateway has probed and scraped every backend at least once."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + hang_bound(timeout_s)
     report: dict[str, Any] = {}
     while time.monotonic() < deadline:
         report = await explain(session, gateway, model, "warm-up")

@@ -21,6 +21,7 @@ from gateway.config import parse_config
 from gateway.explain import _is_local_admin
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
+from tests.servers import hang_bound
 
 MODEL = "m"
 ENGINE = EngineParams(
@@ -73,7 +74,7 @@ async def gateway(backends: dict[str, RunningEmulator]) -> AsyncIterator[Running
 
 
 async def _route(session: aiohttp.ClientSession, url: str, **kwargs: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + hang_bound(5.0)
     while True:
         async with session.get(f"{url}/v1/meridian/route", **kwargs) as resp:
             assert resp.status == 200, await resp.text()

@@ -17,6 +17,7 @@ import orjson
 
 from gateway.timing import TimingEntry, parse
 from tests.acceptance.harness import MERIDIAN, Process, carries_token, start_gateway
+from tests.servers import hang_bound
 
 MODEL = "chain-model"
 FAST_ENGINE = {
@@ -133,7 +134,7 @@ async def wait_for_summary(
     session: aiohttp.ClientSession, gateway: str, check: Any, timeout_s: float = 10.0
 ) -> dict[str, Any]:
     """Poll a gateway's own summary until ``check(summary)`` holds."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + hang_bound(timeout_s)
     summary: dict[str, Any] = {}
     while time.monotonic() < deadline:
         async with session.get(f"{gateway}/v1/meridian/summary") as resp:

@@ -16,7 +16,7 @@ from aiohttp import web
 from gateway.auth.keys import digest, new_key
 from gateway.grpc.client import inference_stub
 from proto.meridian.v1 import inference_pb2 as pb
-from tests.servers import serving
+from tests.servers import hang_bound, serving
 
 MODEL = "test-model"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
@@ -35,7 +35,7 @@ class IssuedKey:
 async def until(predicate: Callable[[], bool], within_s: float = 10.0) -> None:
     """Until ``predicate`` holds (an event the test waits for), bounded so a bug fails loudly."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
+    deadline = loop.time() + hang_bound(within_s)
     while not predicate():
         if loop.time() > deadline:
             raise AssertionError("condition not met")

@@ -138,6 +138,7 @@ async def test_slow_body_gets_408(rig: tuple[EmulatorFactory, GatewayFactory]) -
     answer = await reader.read()
     writer.close()
     assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"\r\nConnection: close\r\n" in answer  # the rest of the body is not waited for
     assert b'"request_timeout"' in answer
     assert _timeouts(running, "body") == 1
 
