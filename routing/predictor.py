@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from routing.answer_score import with_answer
 from routing.fleet_view import F64, FleetView, Rows
 from routing.learned_columns import LearnedColumns
 from routing.load import LoadColumns
@@ -192,11 +193,8 @@ def predict(
     if profile.latency_class is LatencyClass.LONG_FORM:
         e2e = ttft + rt.itl * output
     full = ttft if e2e is None else e2e
-    # The whole answer: what this request's decode costs itself (interactive requests; a
-    # long-form one is scored on it already) and what it costs the requests running there.
-    own = p.interactive_decode_weight if e2e is None else 0.0
-    if own > 0.0 or p.others_decode_weight > 0.0:
-        full = full + output * (own * rt.itl + p.others_decode_weight * rt.others)
+    # The whole answer: what this request's decode costs itself and the batch it joins.
+    full = with_answer(full, ttft, rows, output, e2e is not None, rt)
     placement = _placement(view, profile.region_penalty_ms)
     if placement is not None:
         full = full + placement

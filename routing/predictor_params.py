@@ -16,9 +16,12 @@ class PredictorParams:
     itl_batch_slope: float = 1.0  # ITL at a full batch = ITL x (1 + slope)
     keep_warm_after: float = 0.5  # an idle serverless backend earns a keep-warm credit from
     # this fraction of its idle timeout (see routing.keep_warm)
-    # The whole answer in the score (see routing.predictor): an interactive request's own decode
+    # The whole answer in the score (see routing.answer_score): an interactive request's own decode
     # (ITL at the batch it joins x its expected output) at this weight, and for every class the
     # ITL it adds to the requests already decoding there, over its output, at ``others``.
     interactive_decode_weight: float = 0.0
     others_decode_weight: float = 0.0
+    # ...an interactive request trading at most this much predicted TTFT for them (inf: no
+    # bound; routing.answer_score)
+    interactive_ttft_slack_ms: float = float("inf")
     evidence_horizon_s: float = 10.0  # a learned offset's spread grows to all of it by this age

@@ -81,6 +81,13 @@ class PredictedTTFTParams(CommonParams):
         le=1,
         description="weight of the ITL a request adds to the batch it joins, over its output",
     )
+    interactive_ttft_slack_ms: float = Field(
+        default=float("inf"),
+        ge=0,
+        description="an interactive request's decode terms (the two weights above) may buy at "
+        "most this much predicted TTFT over the best candidate's (inf: no bound); see "
+        "routing.answer_score",
+    )
     learned_half_life_s: float = Field(
         default=60.0,
         gt=0,
@@ -205,6 +212,7 @@ class PredictedTTFTScorer:
             evidence_horizon_s=params.explore_horizon_s,
             interactive_decode_weight=params.interactive_decode_weight,
             others_decode_weight=params.others_decode_weight,
+            interactive_ttft_slack_ms=params.interactive_ttft_slack_ms,
         )
         self.learned = LearnedColumns(
             self.learner, params.default_output_tokens, params.default_prompt_tokens

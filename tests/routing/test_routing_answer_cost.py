@@ -3,6 +3,8 @@ batch it joins, weighted by configuration (issue 14, finding 4)."""
 
 from __future__ import annotations
 
+import pytest
+
 from routing.policies import build_router
 from routing.types import FleetSnapshot, LatencyClass
 from tests.routing.routing_fixtures import fleet, profile, state
@@ -37,3 +39,53 @@ def test_weighted_the_answer_and_the_batch_it_slows_move_it_to_the_quiet_backend
     only_others = build_router("predicted_ttft", {"others_decode_weight": 0.5}, 0)
     scored = only_others.explain(long_form, _snapshot(), 1.0).ranked[0]
     assert scored.score > (scored.predicted_e2e_ms or 0.0)
+
+
+def _three() -> FleetSnapshot:
+    # "busy" is nearest but decodes 200 sequences; "quiet" is 28 ms further with 10; "far" is
+    # idle but 300 ms away: its emptier batch is worth more than its RTT over a long answer.
+    return fleet(
+        state("busy", rtt_ms=2.0, running=200, waiting=0, as_of=0.0),
+        state("quiet", rtt_ms=30.0, running=10, waiting=0, as_of=0.0),
+        state("far", rtt_ms=300.0, running=0, waiting=0, as_of=0.0),
+    )
+
+
+WEIGHTS = {"interactive_decode_weight": 1.0, "others_decode_weight": 1.0}
+
+
+def _ranked(params: dict[str, float], **kwargs: object) -> dict[str, float]:
+    router = build_router("predicted_ttft", params, 0)
+    shown = router.explain(profile(max_tokens=500, **kwargs), _three(), 1.0)
+    return {c.backend: c.score for c in shown.ranked}
+
+
+def test_unbounded_the_decode_terms_send_an_interactive_request_across_the_ocean() -> None:
+    scores = _ranked(WEIGHTS)
+    assert min(scores, key=scores.__getitem__) == "far"
+
+
+def test_a_ttft_slack_bounds_what_the_decode_terms_may_buy() -> None:
+    router = build_router("predicted_ttft", {**WEIGHTS, "interactive_ttft_slack_ms": 50.0}, 0)
+    shown = router.explain(profile(max_tokens=500), _three(), 1.0)
+    ranked = {c.backend: c for c in shown.ranked}
+    # quiet's TTFT is within 50 ms of busy's: its emptier batch wins; far is past the slack.
+    assert shown.ranked[0].backend == "quiet"
+    ttft = {name: c.predicted_ttft_ms or 0.0 for name, c in ranked.items()}
+    assert ttft["quiet"] <= ttft["busy"] + 50.0 < ttft["far"]
+    # Relative to the cheapest decode among the candidates, the score stays on TTFT's scale;
+    # far, past the slack, forfeits its decode advantage: its TTFT plus the dearest decode
+    # within the slack (busy's), behind both.
+    assert ranked["quiet"].score == ttft["quiet"]
+    decode_busy = ranked["busy"].score - ttft["busy"]
+    assert ranked["far"].score == pytest.approx(ttft["far"] + decode_busy)
+    assert ranked["quiet"].score < ranked["busy"].score < ranked["far"].score
+    # A slack of 0: the decode terms only break (near) ties, the nearest wins.
+    tight = _ranked({**WEIGHTS, "interactive_ttft_slack_ms": 0.0})
+    assert min(tight, key=tight.__getitem__) == "busy"
+
+
+def test_a_long_form_request_is_scored_on_its_whole_answer_whatever_the_slack() -> None:
+    long_form = {"latency_class": LatencyClass.LONG_FORM}
+    bounded = _ranked({**WEIGHTS, "interactive_ttft_slack_ms": 0.0}, **long_form)
+    assert bounded == _ranked(WEIGHTS, **long_form)
