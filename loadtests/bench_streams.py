@@ -1,13 +1,16 @@
 """Many concurrent streams through one gateway process: memory per open stream, and errors.
 
-    python -m loadtests.bench_streams [--streams 5000] [--tokens 8] [--token-ms 2000]
+    python -m loadtests.bench_streams [--streams 5000] [--tokens 8] [--token-ms 2000] [--waves 3]
 
 An emulated backend decodes slowly (one token every ``--token-ms``) so that ``--streams``
 streams are open at once; the load generator opens them all together (closed loop, concurrency
 = streams, one request each) through ``meridian serve --workers 1``. The gateway's RSS is read
 from /proc while idle (after a warm-up), every 0.25 s during the run (the peak, with every
-stream open), and after the streams ended (flat memory: it comes back down). Reported: errors,
-RSS idle / peak / after, and (peak - idle) / streams.
+stream open), and after the streams ended. ``--waves N`` sends the same burst N times through
+the same gateway process, one after another: flat memory means the RSS after each wave stays
+where the first left it (CPython keeps its arenas, so "after" need not fall back to "idle";
+it must not climb wave over wave). Reported per wave: errors, RSS peak / after, and
+(peak - idle) / streams; and the growth of "after" from the first wave to the last.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
@@ -54,7 +58,29 @@ async def _peak(pid: int, done: asyncio.Event) -> float:
     return max(peak, rss_mb(pid))
 
 
-async def measure(streams: int, tokens: int, token_ms: float) -> dict[str, object]:
+async def _wave(url: str, pid: int, streams: int, tokens: int, idle: float) -> dict[str, Any]:
+    done = asyncio.Event()
+    peak_task = asyncio.ensure_future(_peak(pid, done))
+    workload = parse_workload(_workload(streams, tokens))
+    result = await run_bench(url, workload, BenchOptions(max_connections=streams))
+    done.set()
+    peak = await peak_task
+    await asyncio.sleep(2.0)  # let the loop settle before reading what is kept
+    after = rss_mb(pid)
+    report = summarize(result)
+    return {
+        "ok": report.ok,
+        "errors": report.requests - report.ok,
+        "error_kinds": dict(report.errors),
+        "rss_peak_mb": peak,
+        "rss_after_mb": after,
+        "kb_per_stream": (peak - idle) * 1024.0 / streams,
+        "ttft_p50_ms": report.ttft_ms.p50,
+        "ttft_p99_ms": report.ttft_ms.p99,
+    }
+
+
+async def measure(streams: int, tokens: int, token_ms: float, waves: int = 1) -> dict[str, Any]:
     engine = {
         "max_num_seqs": streams * 2,
         "max_num_batched_tokens": 10_000_000,
@@ -68,30 +94,28 @@ async def measure(streams: int, tokens: int, token_ms: float) -> dict[str, objec
         # The gateway is told the engine's real batch size, or its capacity filter (4x the
         # batch queued) would refuse streams past ~1,280 with a 503, as it should.
         backend["capacity"] = {"max_num_seqs": streams * 2}
-        config = {"backends": [{**backend, "models": [MODEL], "max_connections": streams * 2}]}
+        config = {
+            "backends": [{**backend, "models": [MODEL], "max_connections": streams * 2}],
+            # The load generator is every client at one address; the door's per-client cap
+            # (256 by default, against one client hogging the door) is for distinct clients.
+            "door": {"max_connections_per_client": streams * 2},
+        }
         async with gateway(config, 1) as (url, pid):
             warm = parse_workload(_workload(20, tokens))
             await run_bench(url, warm, BenchOptions(max_connections=20))
             idle = rss_mb(pid)
-            done = asyncio.Event()
-            peak_task = asyncio.ensure_future(_peak(pid, done))
-            workload = parse_workload(_workload(streams, tokens))
-            result = await run_bench(url, workload, BenchOptions(max_connections=streams))
-            done.set()
-            peak = await peak_task
-            await asyncio.sleep(2.0)  # let the loop settle before reading what is kept
-            after = rss_mb(pid)
-    report = summarize(result)
+            rounds = [await _wave(url, pid, streams, tokens, idle) for _ in range(waves)]
+    first, last = rounds[0], rounds[-1]
     return {
         "streams": streams,
-        "ok": report.ok,
-        "errors": report.requests - report.ok,
-        "error_kinds": dict(report.errors),
+        "waves": rounds,
+        # The first wave's figures at the top level, as before --waves existed.
+        **{key: first[key] for key in ("ok", "errors", "error_kinds", "kb_per_stream")},
         "rss_idle_mb": idle,
-        "rss_peak_mb": peak,
-        "rss_after_mb": after,
-        "kb_per_stream": (peak - idle) * 1024.0 / streams,
-        "ttft_p99_ms": report.ttft_ms.p99,
+        "rss_peak_mb": max(w["rss_peak_mb"] for w in rounds),
+        "rss_after_mb": last["rss_after_mb"],
+        "after_growth_mb": last["rss_after_mb"] - first["rss_after_mb"],
+        "ttft_p99_ms": first["ttft_p99_ms"],
     }
 
 
@@ -100,16 +124,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=5000)
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--token-ms", type=float, default=2000.0)
+    parser.add_argument("--waves", type=int, default=1, help="the same burst, N times in a row")
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
-    result = uvloop.run(measure(args.streams, args.tokens, args.token_ms))
+    result = uvloop.run(measure(args.streams, args.tokens, args.token_ms, args.waves))
+    print(f"{result['streams']} streams a wave; gateway RSS idle {result['rss_idle_mb']:.1f} MB")
     print(
-        f"{result['streams']} streams: {result['ok']} ok, {result['errors']} errors; gateway RSS "
-        f"idle {result['rss_idle_mb']:.1f} MB, peak {result['rss_peak_mb']:.1f} MB, after "
-        f"{result['rss_after_mb']:.1f} MB; {result['kb_per_stream']:.1f} KB per open stream"
+        "| wave | ok | errors | RSS peak MB | RSS after MB | KB per open stream | TTFT p50 / p99 ms |"
     )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n, wave in enumerate(result["waves"], 1):
+        print(
+            f"| {n} | {wave['ok']} | {wave['errors']} | {wave['rss_peak_mb']:.1f} | "
+            f"{wave['rss_after_mb']:.1f} | {wave['kb_per_stream']:.1f} | "
+            f"{wave['ttft_p50_ms']:.0f} / {wave['ttft_p99_ms']:.0f} |"
+        )
+    print(f"RSS after the last wave - after the first: {result['after_growth_mb']:+.1f} MB")
     write_results(args.out, "streams", result)
     return 0
 
