@@ -153,6 +153,7 @@ class Simulation:
             self.results.rejected(i)
             return
         self.results.explorations += decision.explored
+        self.results.explored[i] = decision.explored
         refusing = self.reject and deadline is not None
         if refusing and self._refuse(i, request.gateway, decision, profile, now):
             return

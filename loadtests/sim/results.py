@@ -32,6 +32,7 @@ class ResultColumns:
         self.backends = backends
         self.rejections = 0
         self.explorations = 0  # decisions that went to re-measure a backend (Decision.explored)
+        self.explored = np.zeros(requests, dtype=np.bool_)  # ...which requests they were
         # Serverless cost: warm-up requests sent (routing.prewarm), engines woken from zero by
         # any request, and backend-seconds warm out of all serverless backend-seconds.
         self.warm_ups = 0

@@ -1,0 +1,168 @@
+"""Every goal of issue 14 in one table, from the shipped simulator scenarios: seconds to leave a
+degraded path and to return after it recovers, the median prediction error and the share below
+the predicted p90, scenario 3 against round robin, scenario 1 against the oracle, e2e p50/p99
+and goodput against the best baseline with the TTFT p99 lead, and the exploration share with
+the explored requests past their deadline (definitions: ``loadtests/issue14_goals.py``).
+
+    python -m loadtests.bench_issue14 [--scenarios 1 5] [--seeds 1]
+        [--variant NAME:key=value,...] [--markdown docs/results/issue14-goals.md] [--out DIR]
+
+Each scenario (and seed) runs every policy on one trace, as ``meridian sim`` does, so every
+ratio is within one run; ``--variant`` adds predicted_ttft runs with policy params laid over
+the scenario's own (say ``off:interactive_decode_weight=0,others_decode_weight=0``), shown
+beside the shipped one; the goals judge the shipped configuration. ``--seeds N``: the
+scenario's own seed and N-1 more (seed + 10, + 20, ...). The simulator is deterministic per
+seed, so the numbers do not depend on how busy the machine is. The acceptance test with real
+processes (leave / return through the emulator's ``/admin/rtt``) is not a simulation: its
+command is printed with the table. Table on stdout, JSON in ``loadtests/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtests import issue14_goals as goals
+from loadtests.bench_arrivals import shipped
+from loadtests.bench_calibration import parse_variant, with_params
+from loadtests.results_file import write_results
+from loadtests.sim.cli import DEFAULT_POLICIES
+from loadtests.sim.loop import simulate
+from loadtests.sim.markdown import source_revision
+from loadtests.sim.path_events import reactions
+from loadtests.sim.report import table
+from loadtests.sim.results import PolicyRun
+from loadtests.sim.scenario import Scenario, ScenarioError, load_scenario
+from loadtests.sim.summary import Summary, summarize
+from loadtests.sim.trace import build_trace
+
+ACCEPTANCE = ".venv/bin/pytest -q -s tests/acceptance/test_learning_both_ways.py"
+
+
+def explored_deadlines(run: PolicyRun, scenario: Scenario) -> goals.ExploredDeadlines:
+    """Explored requests whose TTFT passed their deadline (their own, else the objective's)."""
+    res = run.results
+    served = ~np.isnan(res.ttft_ms)
+    bound = np.where(np.isnan(res.deadline_ms), scenario.objective.ttft_ms, res.deadline_ms)
+    late = served & (res.ttft_ms > bound)
+    return goals.ExploredDeadlines(
+        explored=int((res.explored & served).sum()),
+        explored_late=int((res.explored & late).sum()),
+        late_share=float(late.sum()) / max(int(served.sum()), 1),
+    )
+
+
+def run_scenario(
+    scenario: Scenario, variants: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[Summary], PolicyRun]:
+    """Every policy (and each predicted_ttft variant, as ``[name]``) on one trace."""
+    trace = build_trace(scenario, None)
+    goal = scenario.objective
+    summaries: list[Summary] = []
+    ours: PolicyRun | None = None
+    for policy in DEFAULT_POLICIES:
+        started = time.perf_counter()
+        run = simulate(scenario, trace, policy)
+        run = dataclasses.replace(run, wall_s=time.perf_counter() - started)
+        summaries.append(summarize(run, trace, goal.ttft_ms, goal.itl_ms))
+        print(f"  {policy}: {time.perf_counter() - started:.1f} s", flush=True)
+        ours = run if policy == goals.OURS else ours
+    for name, params in variants:
+        run = simulate(with_params(scenario, params, scenario.seed), trace, goals.OURS)
+        summary = summarize(run, trace, goal.ttft_ms, goal.itl_ms)
+        summaries.append(dataclasses.replace(summary, policy=f"[{name}]"))
+    if ours is None:
+        raise SystemExit(f"{goals.OURS} is not among the simulator's policies")
+    return summaries, ours
+
+
+def goal_rows(
+    file: str, number: str, scenario: Scenario, summaries: list[Summary], ours: PolicyRun
+) -> list[goals.GoalRow]:
+    policies = [s for s in summaries if not s.policy.startswith("[")]
+    rows = goals.path_rows(file, reactions(ours, scenario), scenario.signals.probe_interval_s)
+    rows += goals.versus_rows(file, number, policies)
+    for row in (
+        goals.error_row(file, policies),
+        goals.e2e_row(file, policies),
+        goals.exploration_row(file, policies, explored_deadlines(ours, scenario)),
+    ):
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _markdown(rows: list[goals.GoalRow], tables: list[str], command: str) -> str:
+    mark = {True: "met", False: "**missed**", None: "-"}
+    lines = [
+        "# Issue 14: every goal, measured",
+        "",
+        f"- code: `{source_revision()}`",
+        f"- command: `{command}`",
+        "- definitions: `loadtests/issue14_goals.py`; the simulator is deterministic per seed",
+        f"- with real processes (not a simulation): `{ACCEPTANCE}`",
+        "",
+        "| goal | scenario | | measured |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {r.goal} | {r.scenario} | {mark[r.met]} | {r.measured} |" for r in rows]
+    lines += ["", "Every policy, per scenario (`meridian sim` columns):", ""]
+    lines += [f"```\n{text}\n```\n" for text in tables]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", nargs="*", help="scenario numbers (default: all)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per scenario")
+    parser.add_argument("--variant", action="append", help="NAME:key=value,... (repeatable)")
+    parser.add_argument("--markdown", type=Path, help="also write the tables here")
+    parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
+    args = parser.parse_args(argv)
+    variants = [parse_variant(v) for v in args.variant or ()]
+    rows: list[goals.GoalRow] = []
+    tables: list[str] = []
+    payload: list[dict[str, Any]] = []
+    for path in shipped(args.scenarios):
+        loaded = load_scenario(path)
+        if isinstance(loaded, ScenarioError):
+            raise SystemExit(loaded.message)
+        for k in range(args.seeds):
+            scenario = loaded.model_copy(update={"seed": loaded.seed + 10 * k})
+            label = path.name if k == 0 else f"{path.name} seed {scenario.seed}"
+            print(f"{label}:", flush=True)
+            summaries, ours = run_scenario(scenario, variants)
+            found = goal_rows(label, path.name.split("-", 1)[0], scenario, summaries, ours)
+            rows += found
+            text = f"{label}\n{table(summaries)}"
+            tables.append(text)
+            print(text, flush=True)
+            payload.append(
+                {
+                    "scenario": path.name,
+                    "seed": scenario.seed,
+                    "summaries": [s.as_dict() for s in summaries],
+                    "goals": [r.as_dict() for r in found],
+                }
+            )
+    print()
+    print(goals.table(rows))
+    print(f"  {ACCEPTANCE}  (real processes: leave / return through the emulator)")
+    write_results(args.out, "bench-issue14", {"variants": dict(variants), "runs": payload})
+    if args.markdown is not None:
+        given = sys.argv[1:] if argv is None else argv
+        command = " ".join(["python -m loadtests.bench_issue14", *given])
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(_markdown(rows, tables, command))
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
