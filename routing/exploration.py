@@ -22,6 +22,7 @@ credit is there and nothing fits, the steady state of a healthy fleet.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,11 +79,8 @@ class Explorer:
     ) -> Exploration | None:
         """The eligible row worth re-measuring now, if the budget allows one."""
         p = self.params
-        self._found_nothing_at = None
-        if self.credit < 1.0 or len(rows) < 2 or now < self.quiet_until:
+        if not self._checks(len(rows), now):
             return None
-        self.checks += 1
-        self._found_nothing_at = now
         age = now - learned.learned_at[rows]  # NaN: never observed, nothing to doubt
         stale = np.flatnonzero(age >= p.after_s)
         if len(stale) == 0:
@@ -105,6 +103,50 @@ class Explorer:
         return Exploration(
             position, int(rows[position]), float(age[position]), float(doubted[pick])
         )
+
+    def candidate_rows(
+        self,
+        scores: Sequence[float],
+        ttft_ms: Sequence[float],
+        rows: Sequence[int],
+        learned: LearnedColumns,
+        profile: RequestProfile,
+        now: float,
+    ) -> Exploration | None:
+        """``candidate`` for the scalar path: ``scores`` and ``ttft_ms`` aligned with ``rows``."""
+        if not self._checks(len(rows), now):
+            return None
+        p = self.params
+        learned_at, bias = learned.learned_at, learned.bias_ms
+        best = min(scores)
+        bound = best + max(p.within_ms, p.within_rel * abs(best))
+        room_ms = (
+            None if profile.deadline_s is None else 1000.0 * profile.deadline_s * p.deadline_share
+        )
+        found: Exploration | None = None
+        for position, row in enumerate(rows):
+            age = now - learned_at.item(row)
+            if not age >= p.after_s:  # NaN (never observed): nothing to doubt
+                continue
+            score = scores[position]
+            doubted = max(bias.item(row), 0.0) * min(age / p.horizon_s, 1.0)
+            if score - doubted <= bound and score > best:
+                if room_ms is not None and not ttft_ms[position] <= room_ms:
+                    continue
+                if found is None or age > found.age_s:  # the oldest evidence first
+                    found = Exploration(position, row, age, doubted)
+        if found is not None:
+            self._found_nothing_at = None
+        return found
+
+    def _checks(self, eligible: int, now: float) -> bool:
+        """Whether a check runs now (counted; until committed, it found nothing)."""
+        self._found_nothing_at = None
+        if self.credit < 1.0 or eligible < 2 or now < self.quiet_until:
+            return False
+        self.checks += 1
+        self._found_nothing_at = now
+        return True
 
     def committed(self, explored: bool) -> None:
         """One decision was committed; ``explored``: it went to the exploration candidate."""

@@ -11,6 +11,8 @@ with it the credit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from routing.fleet_view import F64, FleetView, Rows
@@ -42,3 +44,20 @@ def keep_warm_credit(
         return full
     credit: F64 = full[rows]
     return credit if credit.any() else None
+
+
+def keep_warm_rows(
+    rows: Sequence[int], load: LoadColumns, rt: RowTerms, now: float, margin_ms: float
+) -> list[float] | None:
+    """``keep_warm_credit`` for the scalar path: the credit per row of ``rows`` as floats."""
+    if margin_ms <= 0.0 or not rt.scales:
+        return None
+    due, warm_until, open_now = rt.keep_warm_due, rt.warm_until, load.open
+    earning = {
+        row
+        for row in rt.scaling_list
+        if due.item(row) <= now and warm_until.item(row) > now and open_now.item(row) < 1.0
+    }
+    if not earning.intersection(rows):
+        return None
+    return [margin_ms if row in earning else 0.0 for row in rows]

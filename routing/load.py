@@ -105,6 +105,12 @@ class LoadColumns:
         """Let time move the prefilling sums (rows that changed are touched)."""
         self.touched.update(self.prefilling.expire(now))
 
+    def depth_of(self, backend: str) -> float | None:
+        """``backend``'s depth in the view bound last (None: not in it), whichever view a
+        caller's rows belong to: a layout change moves rows."""
+        row = self._view.index.get(backend)
+        return None if row is None else self.depth.item(row)
+
     def metrics_as_of(self, row: int) -> float:
         return float(self._view.metrics_as_of[row])
 

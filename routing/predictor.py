@@ -32,12 +32,15 @@ from routing.learned_columns import LearnedColumns
 from routing.load import LoadColumns
 from routing.predictor_detail import CONFIGURED, TERMS, RowInputs
 from routing.predictor_params import PredictorParams
-from routing.predictor_rows import RowTerms
+from routing.predictor_rows import Evidence, RowTerms
 from routing.types import LatencyClass, RequestProfile
 
 _STEP = TERMS.index("step")
 
-__all__ = ["CONFIGURED", "TERMS", "Prediction", "PredictorParams", "RowInputs", "predict"]
+__all__ = [
+    "CONFIGURED", "TERMS", "Prediction", "PredictorParams", "RowInputs", "placement_column",
+    "predict", "row_inputs",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -75,28 +78,51 @@ class Prediction:
 
     def capture(self, row: int) -> RowInputs:
         """Everything ``row``'s breakdown needs, read now: the columns move on later."""
-        now = self.now
-        rtt_at, rtt_unknown, metrics_at, learned_at, traffic_at, cold_ms, samples, dev, p90, down_at = (
-            self.row_terms.evidence(self.view, self.learned, row)
-        )  # fmt: skip
-        return RowInputs(  # positional (RowInputs' order): a third cheaper than by keyword
+        return row_inputs(
+            self.row_terms.evidence(self.view, self.learned, row),
             self.terms_at(row),
             self.ttft_ms.item(row),
-            None if rtt_at is None else now - rtt_at,
-            rtt_unknown,
-            None if metrics_at is None else now - metrics_at,
-            CONFIGURED if learned_at != learned_at else now - learned_at,
-            CONFIGURED if traffic_at is None else now - traffic_at,
+            self.now,
             0.0 if self.cold_prob is None else self.cold_prob.item(row),
-            cold_ms,
-            now - down_at if self.reports and row in self.reports else None,
-            samples,
-            dev,
-            p90,
-            self.params.stale_after_s,
+            row in self.reports,
             0.0 if self.placement is None else self.placement.item(row),
-            self.params.evidence_horizon_s,
+            self.params,
         )
+
+
+def row_inputs(
+    evidence: Evidence,
+    terms: tuple[float, ...],
+    ttft_ms: float,
+    now: float,
+    cold_prob: float,
+    reported: bool,
+    placement_ms: float,
+    params: PredictorParams,
+) -> RowInputs:
+    """A row's breakdown inputs from its request-independent ``evidence`` and this request's
+    terms (``Prediction.capture`` and the scalar path's)."""
+    rtt_at, rtt_unknown, metrics_at, learned_at, traffic_at, cold_ms, samples, dev, p90, down_at = (
+        evidence
+    )  # fmt: skip
+    return RowInputs(  # positional (RowInputs' order): a third cheaper than by keyword
+        terms,
+        ttft_ms,
+        None if rtt_at is None else now - rtt_at,
+        rtt_unknown,
+        None if metrics_at is None else now - metrics_at,
+        CONFIGURED if learned_at != learned_at else now - learned_at,
+        CONFIGURED if traffic_at is None else now - traffic_at,
+        cold_prob,
+        cold_ms,
+        now - down_at if reported else None,
+        samples,
+        dev,
+        p90,
+        params.stale_after_s,
+        placement_ms,
+        params.evidence_horizon_s,
+    )
 
 
 def _downstream(view: FleetView, model: str) -> dict[int, float]:
@@ -110,7 +136,7 @@ def _downstream(view: FleetView, model: str) -> dict[int, float]:
     return found
 
 
-def _placement(view: FleetView, penalty_ms: Mapping[str, float]) -> F64 | None:
+def placement_column(view: FleetView, penalty_ms: Mapping[str, float]) -> F64 | None:
     """The request's soft region preference as a per-row penalty (None: no preference)."""
     if not penalty_ms:
         return None
@@ -195,7 +221,7 @@ def predict(
     full = ttft if e2e is None else e2e
     # The whole answer: what this request's decode costs itself and the batch it joins.
     full = with_answer(full, ttft, rows, output, e2e is not None, rt)
-    placement = _placement(view, profile.region_penalty_ms)
+    placement = placement_column(view, profile.region_penalty_ms)
     if placement is not None:
         full = full + placement
     return Prediction(

@@ -102,6 +102,7 @@ class RowTerms:
         self.warm_until = empty  # idle_base + cold_after: when P(cold) starts to rise
         self.keep_warm_due = empty  # when an idle backend earns a keep-warm credit
         self.scaling_rows = np.zeros(0, dtype=np.intp)  # rows that scale to zero
+        self.scaling_list: list[int] = []  # ...as a list (the scalar path)
         self.scales = False  # any backend that scales to zero
         self.min_room = 0.0
         # Row -> what a candidate's breakdown reads that no request changes (``evidence``),
@@ -153,7 +154,8 @@ class RowTerms:
         # Every prompt up to this many tokens is prefilled in one step on every backend.
         self.min_room = float((view.step_budget - view.max_num_seqs).min()) if size else 0.0
         self.scaling_rows = np.flatnonzero(view.serverless & np.isfinite(view.idle_timeout_s))
-        self.scales = len(self.scaling_rows) > 0
+        self.scaling_list = self.scaling_rows.tolist()
+        self.scales = len(self.scaling_list) > 0
 
     def _row(self, view: FleetView, load: LoadColumns, learned: LearnedColumns, row: int) -> None:
         p = self.params

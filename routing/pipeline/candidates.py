@@ -6,6 +6,8 @@ the prediction broken down into ages, spreads and a p90.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from routing.fleet_view import F64, FleetView, Rows
@@ -41,13 +43,21 @@ def _smallest(values: F64, count: int) -> list[int]:
     return ordered[:count]
 
 
-def _chosen_reason(scores: Scores, among: int) -> str:
+def rank_values(values: Sequence[float], chosen: int, limit: int) -> list[int]:
+    """``rank`` over Python floats (the scalar decision path): the same order."""
+    order = sorted(range(len(values)), key=values.__getitem__)  # stable, as argsort's
+    order.remove(chosen)
+    order.insert(0, chosen)
+    return order[:limit]
+
+
+def chosen_reason(basis: str, mode: str, among: int) -> str:
     why = (
-        f"lowest {scores.basis}"
+        f"lowest {basis}"
         if among == 1
-        else f"drawn among {among} within margin of the lowest {scores.basis}"
+        else f"drawn among {among} within margin of the lowest {basis}"
     )
-    return f"chosen: {why}" + (f" [{scores.mode}]" if scores.mode else "")
+    return f"chosen: {why}" + (f" [{mode}]" if mode else "")
 
 
 def _lost_reason(basis: str, mine: float, best: float) -> str:
@@ -64,7 +74,7 @@ def _plain(
         Candidate(
             backend=names[k],
             score=values[k],
-            reason=_chosen_reason(scores, among)
+            reason=chosen_reason(scores.basis, scores.mode, among)
             if k == 0
             else _lost_reason(scores.basis, values[k], values[0]),
         )
@@ -90,7 +100,10 @@ def _build(
     picked = [rows.item(position) for position in order]
     inputs = [pred.capture(row) for row in picked]
     context = RankContext(
-        scores.basis, values.item(order[0]), _chosen_reason(scores, among), inputs[0]
+        scores.basis,
+        values.item(order[0]),
+        chosen_reason(scores.basis, scores.mode, among),
+        inputs[0],
     )
     return tuple(
         LazyCandidate.build(

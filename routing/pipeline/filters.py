@@ -243,16 +243,16 @@ def _split(
 
 def static_verdict(
     filters: Sequence[Filter], ctx: FilterContext
-) -> tuple[Mask, tuple[Rejection, ...], int]:
-    """The leading static filters' mask, rejections and kept count, once per snapshot layout
+) -> tuple[Mask, tuple[Rejection, ...], list[int]]:
+    """The leading static filters' mask, rejections and kept rows, once per snapshot layout
     and static key (``FleetView.remember``)."""
     static, _, names = _split(tuple(filters))
     key = ("static-filters", names, tuple([f.static_key(ctx.profile) for f in static]))
 
-    def run_static() -> tuple[Mask, tuple[Rejection, ...], int]:
+    def run_static() -> tuple[Mask, tuple[Rejection, ...], list[int]]:
         found: list[Rejection] = []
         mask = _run(static, ctx, np.ones(len(ctx.view), np.bool_), found)
-        return mask, tuple(found), int(np.count_nonzero(mask))
+        return mask, tuple(found), np.flatnonzero(mask).tolist()
 
     cached = ctx.view.remember(key, run_static)
     return cached

@@ -7,6 +7,7 @@ in-flight accounting): gateways acting on the same snapshot should not all pick 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -46,3 +47,14 @@ class MarginPicker:
         if len(near) == 1:
             return int(near[0]), 1
         return int(near[rng.randrange(len(near))]), len(near)
+
+    def pick_values(self, scores: Sequence[float], rng: random.Random) -> tuple[int, int]:
+        """``pick`` over Python floats (the scalar decision path): the same draw."""
+        if len(scores) == 1:
+            return 0, 1
+        best = min(scores)
+        bound = best + self.abs_margin + self.rel_margin * abs(best)
+        near = [position for position, score in enumerate(scores) if score <= bound]
+        if len(near) == 1:
+            return near[0], 1
+        return near[rng.randrange(len(near))], len(near)

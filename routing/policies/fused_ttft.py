@@ -19,12 +19,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from routing.fleet_view import FleetView, Mask
-from routing.pipeline.candidates import build_candidates, rank
+from routing.pipeline.candidates import build_candidates, rank, rank_values
 from routing.pipeline.filters import CapacityLeft, Filter, FilterContext, static_verdict
 from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scorer
-from routing.types import Decision, FleetSnapshot, RequestProfile
+from routing.policies.scalar_ttft import SCALAR_MAX_BACKENDS, RowScorer, row_candidates
+from routing.types import Decision, FleetSnapshot, Rejection, RequestProfile
 
 # The dynamic filters the fused mask stands for, in the generic order.
 FUSED_DYNAMIC = ("not_excluded", "healthy", "circuit_closed", "downstream_serves", "capacity_left")
@@ -49,6 +50,9 @@ class FusedTTFTRouter(PipelineRouter):
         # None: these filters are not the ones the fused mask stands for (always generic).
         self.capacity = capacity if fusable and isinstance(capacity, CapacityLeft) else None
         self.fused = 0  # decisions the fused path took (the rest went the generic way)
+        self.scalar = 0  # ...of which the scalar path (fleets of up to ``scalar_max``)
+        self.scalar_max = SCALAR_MAX_BACKENDS
+        self.row_scorer = scorer if isinstance(scorer, RowScorer) else None
         # healthy & circuit closed, and the latest ejection's end, of one view version: they
         # change only when a snapshot refresh rewrites the view.
         self._signals_of: tuple[FleetView, int] | None = None
@@ -86,12 +90,14 @@ class FusedTTFTRouter(PipelineRouter):
         static, rejected, kept = static_verdict(
             self.filters, FilterContext(view, profile, now, load)
         )
+        if len(view) <= self.scalar_max and self.row_scorer is not None:
+            return self._scalar(view, profile, now, kept, rejected, capacity, self.row_scorer)
         alive = static & self._healthy_closed(view)
         if self._ejected_last > now:  # someone is (or was) ejected: the only per-time check
             alive &= view.ejected_until <= now
         alive &= load.depth < capacity.limit(view)
         rows = np.flatnonzero(alive)
-        if len(rows) != kept or kept == 0:  # a dynamic filter rejected one: reasons needed
+        if len(rows) != len(kept) or not kept:  # a dynamic filter rejected one: reasons needed
             return None
         rng: random.Random = self._rng
         ctx = ScoreContext(view, rows, profile, now, load, rng)
@@ -104,4 +110,40 @@ class FusedTTFTRouter(PipelineRouter):
         self.scorer.decided(ctx, row, scores, chosen)
         return Decision(
             self.name, ranked, rejected, omitted=len(rows) - len(ranked), explored=scores.explored
+        )
+
+    def _scalar(
+        self,
+        view: FleetView,
+        profile: RequestProfile,
+        now: float,
+        kept: list[int],
+        rejected: tuple[Rejection, ...],
+        capacity: CapacityLeft,
+        scorer: RowScorer,
+    ) -> Decision | None:
+        """The same decision with Python floats (routing.policies.scalar_ttft)."""
+        load = self.load
+        healthy, circuit_open, until = view.healthy, view.circuit_open, view.ejected_until
+        depth, limit = load.depth, capacity.limit(view)
+        rows = [
+            row
+            for row in kept
+            if healthy.item(row) and not circuit_open.item(row) and until.item(row) <= now
+            and depth.item(row) < limit.item(row)
+        ]  # fmt: skip
+        if len(rows) != len(kept) or not kept:  # a dynamic filter rejected one: reasons needed
+            return None
+        self.scalar += 1
+        scored = scorer.score_rows(view, rows, profile, now, load)
+        chosen, among = self.margin_picker.pick_values(scored.values, self._rng)
+        order = rank_values(scored.values, chosen, self.max_ranked)
+        ranked = row_candidates(
+            view, order, scored, among, lambda prediction: scorer.capture_row(view, prediction, now)
+        )
+        prediction = scored.predictions[chosen]
+        load.reserve(view.names[prediction.row], now)
+        scorer.decided_row(view, load, profile, now, prediction)
+        return Decision(
+            self.name, ranked, rejected, omitted=len(rows) - len(ranked), explored=scored.explored
         )

@@ -6,7 +6,7 @@ warm but overloaded backend can lose to a cold idle one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -14,7 +14,7 @@ from pydantic import Field
 
 from routing.exploration import Exploration, ExploreParams, Explorer
 from routing.fleet_view import F64, FleetView
-from routing.keep_warm import keep_warm_credit
+from routing.keep_warm import keep_warm_credit, keep_warm_rows
 from routing.learned_columns import LearnedColumns
 from routing.learner import LearnerParams, OnlineLearner
 from routing.load import LoadColumns
@@ -24,13 +24,17 @@ from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.fused_ttft import FusedTTFTRouter
 from routing.policies.params import CommonParams
-from routing.predictor import TERMS, PredictorParams, predict
+from routing.policies.scalar_ttft import RowScores
+from routing.predictor import TERMS, PredictorParams, RowInputs, predict, row_inputs
 from routing.predictor_rows import RowTerms
+from routing.predictor_scalar import RowPrediction, predict_rows
 from routing.prefix_index import PrefixIndex, PurgeProgress, matching_chain
 from routing.prewarm import PrewarmParams, warm_up_rows
 from routing.types import LatencyClass, Observation, RequestProfile
 
-_RTT, _PREFILL, _STEP = (TERMS.index(name) for name in ("rtt", "prefill", "step"))
+_RTT, _PREFILL, _STEP, _COLD = (
+    TERMS.index(name) for name in ("rtt", "prefill", "step", "cold_start")
+)
 
 
 class PredictedTTFTParams(CommonParams):
@@ -281,25 +285,91 @@ class PredictedTTFTScorer:
         why = explore.describe(view.names[explore.row])
         return Scores(values, basis, pred, mode=why, explored=True)
 
+    def score_rows(
+        self,
+        view: FleetView,
+        rows: Sequence[int],
+        profile: RequestProfile,
+        now: float,
+        load: LoadColumns,
+    ) -> RowScores:
+        """``score`` for a few rows with Python floats (routing.policies.scalar_ttft)."""
+        self._sync(view, load, now)
+        cached = cached_rows(self.index, view, profile, now)
+        rt = self.row_terms
+        preds = predict_rows(view, rows, profile, now, cached, load, self.learned, rt)
+        long_form = profile.latency_class is LatencyClass.LONG_FORM
+        basis = "predicted end-to-end (ms)" if long_form else "predicted TTFT (ms)"
+        p = self.params
+        values, mode = [pred.score for pred in preds], ""
+        credit = keep_warm_rows(rows, load, rt, now, p.keep_warm_margin_ms)
+        if credit is not None:
+            values = [value - off for value, off in zip(values, credit, strict=True)]
+            mode = "keep-warm credit offered"
+        explore = self._exploring = self.explorer.candidate_rows(
+            values, [pred.ttft_ms for pred in preds], rows, self.learned, profile, now
+        )
+        if explore is None:
+            return RowScores(values, basis, preds, cached, mode)
+        best = min(values)
+        values[explore.position] = best - p.margin_ms - p.margin_rel * abs(best) - 1.0
+        why = explore.describe(view.names[explore.row])
+        return RowScores(values, basis, preds, cached, mode=why, explored=True)
+
+    def capture_row(self, view: FleetView, prediction: RowPrediction, now: float) -> RowInputs:
+        evidence = self.row_terms.evidence(view, self.learned, prediction.row)
+        return row_inputs(
+            evidence, prediction.terms, prediction.ttft_ms, now, prediction.cold_prob, False,
+            prediction.placement_ms, self.predictor_params,
+        )  # fmt: skip
+
     def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
+        self._committed(ctx.view, ctx.profile, ctx.now, row)
+        pred = scores.predicted()  # this scorer always predicts
+        work_ms = pred.term("prefill", row) + pred.term("step", row)
+        first_token_ms = pred.ttft_ms.item(row) - 0.5 * pred.term("rtt", row)
+        self._ahead(ctx.load, ctx.view, ctx.now, row, pred.term("cold_start", row), work_ms,
+                    first_token_ms)  # fmt: skip
+
+    def decided_row(
+        self,
+        view: FleetView,
+        load: LoadColumns,
+        profile: RequestProfile,
+        now: float,
+        prediction: RowPrediction,
+    ) -> None:
+        row, terms = prediction.row, prediction.terms
+        self._committed(view, profile, now, row)
+        first_token_ms = prediction.ttft_ms - 0.5 * terms[_RTT]
+        self._ahead(load, view, now, row, terms[_COLD], terms[_PREFILL] + terms[_STEP],
+                    first_token_ms)  # fmt: skip
+
+    def _committed(self, view: FleetView, profile: RequestProfile, now: float, row: int) -> None:
         explore = self._exploring
         self.explorer.committed(explore is not None and explore.row == row)
-        backend = ctx.view.names[row]
-        profile = ctx.profile
         if profile.prefix_hashes:
             # Optimistic: the next request with this prefix will queue behind this one anyway.
-            record(self.index, backend, profile.prefix_hashes, profile.block_tokens, ctx.now)
-        pred = scores.predicted()  # this scorer always predicts
+            record(self.index, view.names[row], profile.prefix_hashes, profile.block_tokens, now)
+
+    def _ahead(
+        self,
+        load: LoadColumns,
+        view: FleetView,
+        now: float,
+        row: int,
+        cold_term_ms: float,
+        prefill_and_step_ms: float,
+        first_token_ms: float,
+    ) -> None:
+        """What the committed request puts ahead of later ones on ``row``."""
         cold_ms = self.learned.cold_start_ms.item(row)
-        if 0 < cold_ms <= 2.0 * pred.term("cold_start", row):
-            ctx.load.ledger.mark_warming(backend, ctx.now + cold_ms / 1000.0)
+        if 0 < cold_ms <= 2.0 * cold_term_ms:
+            load.ledger.mark_warming(view.names[row], now + cold_ms / 1000.0)
         # Until its first token leaves the engine, this request's prefill (and the decode steps
         # it spans) is ahead of every later one there.
-        work_ms = (
-            pred.term("prefill", row) + pred.term("step", row) - 0.5 * self.row_terms.decode[row]
-        )
-        first_token_ms = pred.ttft_ms.item(row) - 0.5 * pred.term("rtt", row)
-        ctx.load.prefilling.describe(row, ctx.now, ctx.now + first_token_ms / 1000.0, work_ms)
+        work_ms = prefill_and_step_ms - 0.5 * self.row_terms.decode.item(row)
+        load.prefilling.describe(row, now, now + first_token_ms / 1000.0, work_ms)
 
     def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
         return self.index.merge(backend, blocks, now)
@@ -329,11 +399,12 @@ class PredictedTTFTScorer:
         view, load = self._view, self._load
         row = None if view is None else view.index.get(observation.backend)
         spec, itl_scale = None, 1.0
-        if view is not None and load is not None and row is not None:
+        depth = None if load is None else load.depth_of(observation.backend)
+        if view is not None and row is not None:
             spec = view.specs[row]
-            # The batch the request decoded in, as the latest signals show it.
-            seqs = view.max_num_seqs.item(row)
-            itl_scale = self.row_terms.batch_scale(min(load.depth.item(row) + 1.0, seqs), seqs)
+            if depth is not None:  # the batch it decoded in, as the latest signals show it
+                seqs = view.max_num_seqs.item(row)
+                itl_scale = self.row_terms.batch_scale(min(depth + 1.0, seqs), seqs)
         self.learner.observe(self._current_rtt(observation, row), spec, itl_scale)
         if observation.ok and observation.prefix_hashes:
             record(

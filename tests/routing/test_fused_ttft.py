@@ -1,15 +1,19 @@
-"""The fused predicted_ttft path decides exactly as the generic pipeline does.
+"""The fused predicted_ttft path, vector and scalar, decides exactly as the generic pipeline.
 
 Two routers built alike are driven through the same operations over deterministic fleets; one
-decides with ``decide`` (fused whenever it may), the other always through the generic
+decides with ``decide`` (fused whenever it may: with numpy, or, for a fleet of up to
+``scalar_max`` backends, with Python floats), the other always through the generic
 ``PipelineRouter._decide``. Every decision must be equal field for field, and so must what the
-routers decide afterwards (the state they leave is the same).
+routers decide afterwards (the state they leave is the same). Each property runs twice: the
+fused router never scalar, and always scalar whatever the fleet's size.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +57,8 @@ def _state(i: int, seed: int, now: float) -> BackendState:
         last_traffic_at=now - seed % 30 if seed % 5 else None,
         downstream_ttft_ms={MODEL: 40.0} if seed % 2 else {"other": 10.0},
         as_of=now - (seed % 4),
+        others_uncached_per_s=float(seed % 23) * 100.0 if seed % 23 > 19 else None,
+        others_requests_per_s=float(seed % 29) if seed % 29 > 25 else None,
     )
 
 
@@ -64,7 +70,8 @@ def _profile(i: int, flags: int) -> RequestProfile:
         latency_class=LatencyClass.LONG_FORM if flags % 2 else LatencyClass.INTERACTIVE,
         exclude=frozenset({"d1"}) if flags % 3 == 2 else frozenset(),
         allowed_regions=frozenset({"r1", "r3"}) if flags % 4 == 3 else None,
-        deadline_s=0.5 if flags % 6 == 5 else None,
+        deadline_s=0.5 if flags % 6 == 5 or flags % 10 == 9 else None,
+        region_penalty_ms={"r1": 15.0, "r2": 5.0} if flags % 8 == 7 else {},
     )
 
 
@@ -73,8 +80,15 @@ operation = st.one_of(
     st.tuples(st.just("gateways"), st.integers(0, 1), st.integers(0, 0)),
     st.tuples(st.just("release"), st.integers(0, 4), st.integers(0, 0)),
     st.tuples(st.just("observe"), st.integers(0, 4), st.integers(1, 500)),
-    st.tuples(st.just("decide"), st.integers(0, 31), st.integers(0, 83)),
+    st.tuples(st.just("decide"), st.integers(0, 31), st.integers(0, 167)),
+    st.tuples(st.just("layout"), st.integers(1, 5), st.integers(0, 0)),
 )
+# The second weighs decode time in interactive scores (routing.predictor's ``full``).
+PARAMS = (
+    {"max_ranked": 3, "explore_share": 0.05, "explore_recheck_s": 0.6},
+    {"max_ranked": 2, "explore_share": 0.05, "interactive_decode_weight": 0.5,
+     "others_decode_weight": 0.25, "interactive_ttft_slack_ms": 30.0},
+)  # fmt: skip
 
 
 def _comparable(decision: Decision) -> list[Any]:
@@ -86,19 +100,25 @@ def _comparable(decision: Decision) -> list[Any]:
     ] + [decision.policy, decision.rejected, decision.omitted, decision.note, decision.explored]  # fmt: skip
 
 
-def _fleet(states: dict[str, BackendState], gateways: bool) -> FleetSnapshot:
-    kept = {name: s for name, s in states.items() if gateways or s.spec.kind != BackendKind.GATEWAY}
+def _fleet(states: dict[str, BackendState], gateways: bool, size: int = 5) -> FleetSnapshot:
+    kept = {
+        name: s
+        for name, s in list(states.items())[:size]
+        if gateways or s.spec.kind != BackendKind.GATEWAY
+    }
     return FleetSnapshot(kept, gateway_region="r1", region_rtt_ms={"r1": 1.0, "r2": 30.0})
 
 
-def run(ops: list[tuple[str, int, int]]) -> FusedTTFTRouter:
-    params = {"max_ranked": 3, "explore_share": 0.05, "explore_recheck_s": 0.6}
+def run(
+    ops: list[tuple[str, int, int]], scalar_max: int = 0, params: dict[str, Any] = PARAMS[0]
+) -> FusedTTFTRouter:
     fused = build_router("predicted_ttft", params, 5)
     generic = build_router("predicted_ttft", params, 5)
     assert isinstance(fused, FusedTTFTRouter)
+    fused.scalar_max = scalar_max
     now = 100.0
     states = {s.name: _state(i, 100 + i, now) for i, s in enumerate(SPECS)}
-    gateways = False
+    gateways, size = False, len(SPECS)
     snapshot = _fleet(states, gateways)
     for kind, i, value in ops:
         now += 0.25
@@ -107,8 +127,10 @@ def run(ops: list[tuple[str, int, int]]) -> FusedTTFTRouter:
             states[backend] = _state(i, value, now)
         if kind == "gateways":
             gateways = bool(i)
-        if kind in {"snapshot", "gateways"}:
-            snapshot = _fleet(states, gateways)
+        if kind == "layout":  # the first ``i`` backends only: a new view
+            size = i
+        if kind in {"snapshot", "gateways", "layout"}:
+            snapshot = _fleet(states, gateways, size)
         for router in (fused, generic):
             if kind == "release":
                 router.release(backend)
@@ -128,17 +150,45 @@ def run(ops: list[tuple[str, int, int]]) -> FusedTTFTRouter:
     return fused
 
 
+@pytest.mark.parametrize("scalar_max", [0, 64], ids=["vector", "scalar"])
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(ops=st.lists(operation, min_size=1, max_size=40))
-@example(ops=[("decide", 3, 0)] * 30)  # fused every time: explorations spent in step
-@example(ops=[("gateways", 1, 0), ("decide", 3, 0), ("decide", 3, 2), ("decide", 3, 6)])
-@example(ops=[("snapshot", 0, 5), ("snapshot", 1, 7), ("decide", 2, 0), ("decide", 2, 3)])
+@given(ops=st.lists(operation, min_size=1, max_size=40), params=st.sampled_from(PARAMS))
+@example(
+    ops=[("decide", 3, 0)] * 30, params=PARAMS[0]
+)  # fused every time: explorations spent in step
+@example(
+    ops=[("gateways", 1, 0), ("decide", 3, 0), ("decide", 3, 2), ("decide", 3, 6)], params=PARAMS[0]
+)
+@example(
+    ops=[("snapshot", 0, 5), ("snapshot", 1, 7), ("decide", 2, 0), ("decide", 2, 3)],
+    params=PARAMS[0],
+)
 # each dynamic filter rejecting alone: circuit open, ejected, unhealthy, no capacity left
-@example(ops=[("snapshot", 0, 7), ("decide", 3, 0), ("snapshot", 0, 100), ("decide", 3, 0)])
-@example(ops=[("snapshot", 0, 3), ("decide", 3, 0), ("snapshot", 0, 5), ("decide", 3, 0)])
-@example(ops=[("snapshot", 3, 58), ("decide", 3, 0), ("decide", 3, 1)])
-def test_the_fused_path_decides_as_the_generic_pipeline(ops: list[tuple[str, int, int]]) -> None:
-    run(ops)
+@example(
+    ops=[("snapshot", 0, 7), ("decide", 3, 0), ("snapshot", 0, 100), ("decide", 3, 0)],
+    params=PARAMS[0],
+)
+@example(
+    ops=[("snapshot", 0, 3), ("decide", 3, 0), ("snapshot", 0, 5), ("decide", 3, 0)],
+    params=PARAMS[0],
+)
+@example(ops=[("snapshot", 3, 58), ("decide", 3, 0), ("decide", 3, 1)], params=PARAMS[0])
+# stale evidence on three rows, two worth exploring (the older one goes), long-form; then
+# the same with deadlines (no exclude list: fused)
+@example(
+    ops=[("observe", 0, 30), ("observe", 1, 30), ("observe", 3, 30)] + [("decide", 3, 1)] * 30,
+    params=PARAMS[0],
+)
+@example(
+    ops=[("observe", 0, 30), ("observe", 1, 30), ("observe", 3, 30)] + [("decide", 3, 9)] * 30,
+    params=PARAMS[0],
+)
+# a keep-warm credit due on the serverless row while our request there is still open
+@example(ops=[("decide", 3, 0)] + [("release", 0, 0)] * 44 + [("decide", 3, 0)], params=PARAMS[0])
+def test_the_fused_path_decides_as_the_generic_pipeline(
+    scalar_max: int, ops: list[tuple[str, int, int]], params: dict[str, Any]
+) -> None:
+    run(ops, scalar_max, params)
 
 
 def test_the_fused_path_takes_the_common_request_and_steps_aside_for_the_rest() -> None:
@@ -171,3 +221,40 @@ def test_other_filters_than_the_default_ones_always_take_the_generic_path() -> N
     snapshot = _fleet({"d0": _state(0, 1, 100.0)}, False)
     assert router.decide(RequestProfile(model=MODEL), snapshot, 100.0).chosen is not None
     assert router.capacity is None and router.fused == 0
+
+
+def test_small_fleets_take_the_scalar_path_and_large_ones_the_vector_path() -> None:
+    plain = [("decide", 3, 0)] * 4
+    small = run(plain, scalar_max=8)
+    assert small.scalar == small.fused == 4
+    large = run(plain, scalar_max=3)  # four backends without the gateway: above it
+    assert large.scalar == 0 and large.fused == 4
+    # a dynamic rejection steps aside from the scalar path as from the vector one
+    rejected = run([("snapshot", 0, 5), ("decide", 3, 0)], scalar_max=8)
+    assert rejected.scalar == rejected.fused == 0
+
+
+def _sequence(seed: int) -> list[tuple[str, int, int]]:
+    """A longer operation sequence than hypothesis tends to draw: old evidence to explore,
+    idle serverless backends to credit or wake, others' arrivals, placements."""
+    rng = random.Random(seed)
+    ops: list[tuple[str, int, int]] = []
+    for _ in range(rng.randint(5, 40)):
+        kind = rng.choices(KINDS, WEIGHTS)[0]
+        low, high = BOUNDS[kind]
+        ops.append((kind, rng.randint(low, high), rng.randint(0, 10_000)))
+    return ops
+
+
+KINDS = ("snapshot", "gateways", "release", "observe", "decide", "layout")
+WEIGHTS = (3.0, 0.3, 1.0, 2.0, 6.0, 0.3)
+BOUNDS = {"snapshot": (0, 4), "gateways": (0, 1), "release": (0, 4), "observe": (0, 4),
+          "decide": (0, 31), "layout": (1, 5)}  # fmt: skip
+
+
+@pytest.mark.parametrize("scalar_max", [0, 64], ids=["vector", "scalar"])
+def test_the_fused_path_decides_as_the_generic_pipeline_over_long_sequences(
+    scalar_max: int,
+) -> None:
+    for seed in range(300):
+        run(_sequence(seed), scalar_max, PARAMS[seed % 2])
