@@ -5,7 +5,11 @@ output; and it costs the requests already decoding there the ITL it adds to each
 steps, over its output. Both come from ``RowTerms`` (``itl``, ``others``, per row) and are
 weighed by configuration: ``interactive_decode_weight`` for an interactive request's own
 decode (a long-form request is scored on its end-to-end time already) and
-``others_decode_weight`` for the batch it slows, every class.
+``others_decode_weight`` for the batch it slows, every class. Its prefill slows that batch too:
+chunked prefill puts its uncached prompt into the steps the running sequences decode in, so
+each of them waits for all of it (``RowTerms.batch`` x the prefill term), at
+``others_prefill_weight``: a cache miss on a busy backend costs everyone there, which is what
+a prefix-heavy fleet's e2e tail is made of.
 
 Unbounded, the decode terms swamp TTFT: a few ms of ITL over a few hundred tokens is worth
 more than any RTT, so an interactive request would follow the emptiest batch wherever it is,
@@ -30,15 +34,19 @@ from routing.predictor_rows import RowTerms
 
 
 def with_answer(
-    score: F64, ttft: F64, rows: Rows, output: int, long_form: bool, rt: RowTerms
+    score: F64, ttft: F64, prefill: F64, rows: Rows, output: int, long_form: bool, rt: RowTerms
 ) -> F64:
-    """``score`` (aligned with the view's rows) plus the weighted decode terms of an answer of
-    ``output`` tokens; ``score`` itself when both weights are 0."""
+    """``score`` (aligned with the view's rows) plus the weighted whole-answer terms of an
+    answer of ``output`` tokens with ``prefill`` ms of uncached prompt per row; ``score``
+    itself when every weight is 0."""
     p: PredictorParams = rt.params
     own = 0.0 if long_form else p.interactive_decode_weight
-    if own <= 0.0 and p.others_decode_weight <= 0.0:
+    others, chunks = p.others_decode_weight, p.others_prefill_weight
+    if own <= 0.0 and others <= 0.0 and chunks <= 0.0:
         return score
-    extra: F64 = output * (own * rt.itl + p.others_decode_weight * rt.others)
+    extra: F64 = output * (own * rt.itl + others * rt.others)
+    if chunks > 0.0:
+        extra = extra + chunks * rt.batch * prefill
     slack = p.interactive_ttft_slack_ms
     if long_form or slack == float("inf"):
         return score + extra

@@ -220,7 +220,7 @@ def predict(
         e2e = ttft + rt.itl * output
     full = ttft if e2e is None else e2e
     # The whole answer: what this request's decode costs itself and the batch it joins.
-    full = with_answer(full, ttft, rows, output, e2e is not None, rt)
+    full = with_answer(full, ttft, prefill, rows, output, e2e is not None, rt)
     placement = placement_column(view, profile.region_penalty_ms)
     if placement is not None:
         full = full + placement

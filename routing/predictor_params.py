@@ -21,6 +21,7 @@ class PredictorParams:
     # ITL it adds to the requests already decoding there, over its output, at ``others``.
     interactive_decode_weight: float = 0.0
     others_decode_weight: float = 0.0
+    others_prefill_weight: float = 0.0  # ...and its uncached prefill, which each of them waits for
     # ...an interactive request trading at most this much predicted TTFT for them (inf: no
     # bound; routing.answer_score)
     interactive_ttft_slack_ms: float = float("inf")

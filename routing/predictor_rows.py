@@ -85,6 +85,7 @@ class RowTerms:
         self.step_room = empty  # prefill tokens per step beside that batch
         self.itl = empty  # ITL at the batch a new request would join (long-form)
         self.others = empty  # ms a new request adds to the running batch per token it decodes
+        self.batch = empty  # sequences decoding there (each pays for a new request's prefill)
         # Other clients' prefill arriving since the scrape (routing.arrivals): queued work ms
         # per second, counted for at most ``arrival_window`` seconds (until its first token).
         self.arrivals = empty
@@ -140,7 +141,7 @@ class RowTerms:
         self._evidence, self._arriving_rows = {}, set()
         size = len(view)
         for name in (
-            "rtt", "queue", "decode", "base", "base_and_step", "step_room", "itl", "others", "idle_base",
+            "rtt", "queue", "decode", "base", "base_and_step", "step_room", "itl", "others", "batch", "idle_base",
             "cold_after", "cold_ramp", "warm_until", "keep_warm_due", "arrivals", "arrival_window",
             "arrival_rps", "slot_ms", "free_slots",
         ):  # fmt: skip
@@ -221,6 +222,7 @@ class RowTerms:
         # Joining a batch with room slows each of its ``batch`` sequences by a slope's share
         # of the ITL per step; a full batch is joined later, when one leaves (no net change).
         self.others[row] = batch * learned.itl_ms.item(row) * slope / seqs if depth < seqs else 0.0
+        self.batch[row] = batch
         if self.scales:
             self._cold_inputs(view, load, row)
 

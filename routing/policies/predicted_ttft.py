@@ -85,6 +85,13 @@ class PredictedTTFTParams(CommonParams):
         le=1,
         description="weight of the ITL a request adds to the batch it joins, over its output",
     )
+    others_prefill_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="weight of the time a request's uncached prefill adds to the steps of the "
+        "sequences decoding where it goes (running x predicted prefill), every class",
+    )
     interactive_ttft_slack_ms: float = Field(
         default=float("inf"),
         ge=0,
@@ -216,6 +223,7 @@ class PredictedTTFTScorer:
             evidence_horizon_s=params.explore_horizon_s,
             interactive_decode_weight=params.interactive_decode_weight,
             others_decode_weight=params.others_decode_weight,
+            others_prefill_weight=params.others_prefill_weight,
             interactive_ttft_slack_ms=params.interactive_ttft_slack_ms,
         )
         self.learned = LearnedColumns(

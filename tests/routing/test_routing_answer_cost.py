@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from routing.policies import build_router
-from routing.types import FleetSnapshot, LatencyClass
+from routing.types import Candidate, FleetSnapshot, LatencyClass, Observation
 from tests.routing.routing_fixtures import fleet, profile, state
 
 
@@ -89,3 +89,29 @@ def test_a_long_form_request_is_scored_on_its_whole_answer_whatever_the_slack() 
     long_form = {"latency_class": LatencyClass.LONG_FORM}
     bounded = _ranked({**WEIGHTS, "interactive_ttft_slack_ms": 0.0}, **long_form)
     assert bounded == _ranked(WEIGHTS, **long_form)
+
+
+def test_a_cache_miss_on_a_busy_backend_costs_the_batch_that_waits_for_its_prefill() -> None:
+    # "warm" holds the prompt (its answer was recorded) but queues six more: by TTFT alone
+    # "cold" wins, whose 4000-token prefill the 60 sequences it decodes would each wait for.
+    snapshot = fleet(
+        state("warm", rtt_ms=2.0, running=60, waiting=6, as_of=0.0),
+        state("cold", rtt_ms=2.0, running=60, waiting=0, as_of=0.0),
+    )
+    hashes = tuple(range(1, 251))  # 250 blocks of 16 tokens
+    request = profile(max_tokens=100, prompt_tokens=4000, prefix_hashes=hashes)
+
+    def ranked(params: dict[str, float]) -> dict[str, Candidate]:
+        router = build_router("predicted_ttft", params, 0)
+        router.observe(Observation("warm", 0.5, ok=True, prefix_hashes=hashes))
+        return {c.backend: c for c in router.explain(request, snapshot, 1.0).ranked}
+
+    plain, weighed = ranked({}), ranked({"others_prefill_weight": 1.0})
+    batch = {"warm": 66, "cold": 60}  # running + waiting, under max_num_seqs
+    for name, candidate in weighed.items():
+        assert candidate.predicted_ttft_ms == plain[name].predicted_ttft_ms  # the TTFT is as was
+        added = candidate.score - plain[name].score
+        assert added == pytest.approx(batch[name] * candidate.terms_ms["prefill"])
+    assert weighed["cold"].terms_ms["prefill"] > 10 * weighed["warm"].terms_ms["prefill"]
+    assert min(plain, key=lambda name: plain[name].score) == "cold"
+    assert min(weighed, key=lambda name: weighed[name].score) == "warm"
