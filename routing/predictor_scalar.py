@@ -68,8 +68,8 @@ def predict_rows(
     output = max_tokens if max_tokens is not None else p.default_output_tokens
     long_form = profile.latency_class is LatencyClass.LONG_FORM
     own = 0.0 if long_form else p.interactive_decode_weight
-    others_weight = p.others_decode_weight
-    decode_cost = own > 0.0 or others_weight > 0.0
+    others_weight, chunks = p.others_decode_weight, p.others_prefill_weight
+    decode_cost = own > 0.0 or others_weight > 0.0 or chunks > 0.0
     placement = placement_column(view, profile.region_penalty_ms)
     scales, arriving = rt.scales, rt.arriving
     warming: dict[int, float] = {}
@@ -118,7 +118,10 @@ def predict_rows(
         ttft = _maximum(ttft, 0.0)
         e2e = ttft + rt.itl.item(row) * output if long_form else None
         if decode_cost:
-            extra.append(output * (own * rt.itl.item(row) + others_weight * rt.others.item(row)))
+            more = output * (own * rt.itl.item(row) + others_weight * rt.others.item(row))
+            if chunks > 0.0:  # the batch waits for its prefill (answer_score)
+                more = more + chunks * rt.batch.item(row) * prefill
+            extra.append(more)
         terms = (
             rt.rtt.item(row), queue, prefill, step + 0.5 * decode, cold, 0.0,
             learned.bias_ms.item(row), view.overhead_ms.item(row),

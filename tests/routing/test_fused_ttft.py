@@ -87,7 +87,8 @@ operation = st.one_of(
 PARAMS = (
     {"max_ranked": 3, "explore_share": 0.05, "explore_recheck_s": 0.6},
     {"max_ranked": 2, "explore_share": 0.05, "interactive_decode_weight": 0.5,
-     "others_decode_weight": 0.25, "interactive_ttft_slack_ms": 30.0},
+     "others_decode_weight": 0.25, "interactive_ttft_slack_ms": 30.0,
+     "others_prefill_weight": 0.5},
 )  # fmt: skip
 
 

@@ -49,7 +49,14 @@ backend = st.fixed_dictionaries(
     penalty=st.booleans(),
     waking=st.sets(st.integers(0, 6)),
     weights=st.sampled_from(
-        [(0.0, 0.0, INF), (0.5, 0.25, INF), (0.5, 0.25, 20.0), (0.0, 0.3, 5.0)]
+        [
+            (0.0, 0.0, INF, 0.0),
+            (0.5, 0.25, INF, 0.0),
+            (0.5, 0.25, 20.0, 0.0),
+            (0.0, 0.3, 5.0, 0.0),
+            (0.0, 0.0, INF, 0.5),
+            (1.0, 1.0, 30.0, 1.0),
+        ]
     ),
 )
 def test_predict_rows_gives_predicts_floats(
@@ -59,7 +66,7 @@ def test_predict_rows_gives_predicts_floats(
     long_form: bool,
     penalty: bool,
     waking: set[int],
-    weights: tuple[float, float, float],
+    weights: tuple[float, float, float, float],
 ) -> None:
     states = []
     for i, b in enumerate(backends):
@@ -93,9 +100,10 @@ def test_predict_rows_gives_predicts_floats(
     load = LoadColumns(ledger)
     load.bind(view, NOW)
     learned = LearnedColumns(OnlineLearner(LearnerParams()), 256, 1000)
-    own, others, slack = weights
+    own, others, slack, chunks = weights
     rt = RowTerms(PredictorParams(interactive_decode_weight=own, others_decode_weight=others,
-                                  interactive_ttft_slack_ms=slack))  # fmt: skip
+                                  interactive_ttft_slack_ms=slack,
+                                  others_prefill_weight=chunks))  # fmt: skip
     rt.sync(view, load, learned, learned.sync(view))
     request = profile(
         prompt_tokens=prompt,
