@@ -75,10 +75,11 @@ def test_error_versus_and_exploration_rows() -> None:
     (s3,) = goals.versus_rows(FILE, "3", [ours, oracle, rr])
     assert s3.met is False
     assert goals.versus_rows(FILE, "2", [ours, oracle, rr]) == []
-    fine = goals.ExploredDeadlines(explored=30, explored_late=0, late_share=0.02)
+    fine = goals.ExploredDeadlines(30, 12, 0, 3, 0.02)
     row = goals.exploration_row(FILE, [ours], fine)
-    assert row is not None and row.met is True and "0 of 30" in row.measured
-    late = dataclasses.replace(fine, explored_late=1)
+    assert row is not None and row.met is True
+    assert "0 of 12 explored with a deadline" in row.measured and "3 of 30" in row.measured
+    late = dataclasses.replace(fine, late=1)
     assert (goals.exploration_row(FILE, [ours], late) or row).met is False
     over = dataclasses.replace(ours, exploration_share=0.021)
     assert (goals.exploration_row(FILE, [over], None) or row).met is False
@@ -97,7 +98,21 @@ def test_the_simulator_marks_the_requests_it_explored_with() -> None:
     assert res.explorations > 0 and int(res.explored.sum()) == res.explorations
     found = explored_deadlines(run, parsed)
     assert found.explored == res.explorations  # every one was served
+    assert found.with_deadline == found.late == 0  # the tiny workload carries no deadline
     served = ~np.isnan(res.ttft_ms)
-    late = res.ttft_ms[served] > parsed.objective.ttft_ms
-    assert found.late_share == float(late.mean())
-    assert found.explored_late == int((res.ttft_ms[res.explored] > parsed.objective.ttft_ms).sum())
+    slow = res.ttft_ms[served] > parsed.objective.ttft_ms
+    assert found.past_objective_share == float(slow.mean())
+    assert found.past_objective == int((res.ttft_ms[res.explored] > parsed.objective.ttft_ms).sum())
+
+
+def test_explored_requests_with_a_deadline_are_judged_by_it() -> None:
+    raw = tiny(duration_s=60, rtt_ms={"near": {"far": 20}})
+    raw["workloads"]["chat"]["deadline_ms"] = 60.0  # tight: some requests miss it
+    parsed = parse_scenario(raw, "tiny.yaml")
+    assert not isinstance(parsed, ScenarioError)
+    run = simulate(parsed, build_trace(parsed, None), "predicted_ttft")
+    res = run.results
+    found = explored_deadlines(run, parsed)
+    assert found.with_deadline == found.explored
+    assert found.late == int((res.ttft_ms[res.explored] > 60.0).sum())
+    assert (res.ttft_ms[~np.isnan(res.ttft_ms)] > 60.0).any()  # the bound bites somewhere
