@@ -15,49 +15,48 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from routing.fleet_view import F64, FleetView, Rows
+from routing.fleet_view import FleetView, Rows
 from routing.load import LoadColumns
 from routing.predictor_rows import RowTerms
 
 
-def keep_warm_credit(
-    view: FleetView, rows: Rows, load: LoadColumns, rt: RowTerms, now: float, margin_ms: float
-) -> F64 | None:
-    """Credit (ms, to subtract from the score) per eligible row; None when no row earns one.
+def earning(load: LoadColumns, rt: RowTerms, now: float) -> set[int]:
+    """Rows that earn the credit now: they scale to zero, were last active long enough ago to
+    be due (``PredictorParams.keep_warm_after`` x their idle timeout) but not yet long enough
+    to be possibly cold, and have none of our requests open. ``rt`` must be synced.
 
-    A row earns it when it scales to zero, was last active long enough ago to be due
-    (``PredictorParams.keep_warm_after`` x its idle timeout) but not yet long enough to be
-    possibly cold, and has none of our requests open. ``rt`` must be synced to ``view``."""
+    A loop over the serverless rows, not array work: they are a few, and at c=1 every
+    distinct numpy call costs 5-30 us (a dozen of them here before)."""
+    due, warm_until, open_now = rt.keep_warm_due, rt.warm_until, load.open
+    return {
+        row
+        for row in rt.scaling_list
+        if due.item(row) <= now and warm_until.item(row) > now and open_now.item(row) < 1.0
+    }
+
+
+def keep_warm_positions(
+    view: FleetView, rows: Rows, load: LoadColumns, rt: RowTerms, now: float, margin_ms: float
+) -> list[int]:
+    """Positions into the eligible ``rows`` that earn a credit of ``margin_ms`` off their
+    score (none when the credit is off or nothing scales to zero)."""
     if margin_ms <= 0.0 or not rt.scales:
-        return None
-    scaling = rt.scaling_rows
-    earns = (rt.keep_warm_due[scaling] <= now) & (rt.warm_until[scaling] > now)
-    if not earns.any():
-        return None
-    earning = scaling[earns]
-    earning = earning[load.open[earning] < 1.0]
-    if len(earning) == 0:
-        return None
-    full: F64 = np.zeros(len(view))
-    full[earning] = margin_ms
-    if len(rows) == len(full):
-        return full
-    credit: F64 = full[rows]
-    return credit if credit.any() else None
+        return []
+    found = sorted(earning(load, rt, now))
+    if not found or len(rows) == len(view):
+        return found
+    at = np.searchsorted(rows, found).tolist()
+    size = len(rows)
+    return [p for p, row in zip(at, found, strict=True) if p < size and rows.item(p) == row]
 
 
 def keep_warm_rows(
     rows: Sequence[int], load: LoadColumns, rt: RowTerms, now: float, margin_ms: float
 ) -> list[float] | None:
-    """``keep_warm_credit`` for the scalar path: the credit per row of ``rows`` as floats."""
+    """The credit per row of ``rows`` as floats (the scalar path); None when none earns."""
     if margin_ms <= 0.0 or not rt.scales:
         return None
-    due, warm_until, open_now = rt.keep_warm_due, rt.warm_until, load.open
-    earning = {
-        row
-        for row in rt.scaling_list
-        if due.item(row) <= now and warm_until.item(row) > now and open_now.item(row) < 1.0
-    }
-    if not earning.intersection(rows):
+    earns = earning(load, rt, now)
+    if not earns.intersection(rows):
         return None
-    return [margin_ms if row in earning else 0.0 for row in rows]
+    return [margin_ms if row in earns else 0.0 for row in rows]

@@ -6,12 +6,14 @@ the prediction broken down into ages, spreads and a p90.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import numpy as np
 
 from routing.fleet_view import F64, FleetView, Rows
 from routing.pipeline.lazy_candidate import LazyCandidate, RankContext
+from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.scoring import Scores
 from routing.types import Candidate, Decision, Rejection
 
@@ -41,6 +43,33 @@ def _smallest(values: F64, count: int) -> list[int]:
     near = np.flatnonzero(values <= threshold)
     ordered: list[int] = near[np.argsort(values[near], kind="stable")].tolist()
     return ordered[:count]
+
+
+def pick_and_rank(
+    picker: MarginPicker, values: F64, rng: random.Random, limit: int
+) -> tuple[int, int, list[int]] | None:
+    """``picker.pick`` and ``rank`` in one sort: the chosen position, how many it was drawn
+    among and the rank order, the same as those two give (None: leave it to them, for a
+    fleet where a partial sort pays or a NaN score).
+
+    Those within the margin of the best are a prefix of the sorted order, so the draw needs
+    no mask and no second pass over the scores (three numpy calls fewer a decision; at c=1
+    each costs 5-30 us)."""
+    size = len(values)
+    if size < 2 or size >= _PARTITION_FROM:
+        return None
+    order: list[int] = np.argsort(values, kind="stable").tolist()
+    if values.item(order[-1]) != values.item(order[-1]):  # NaN sorts last
+        return None
+    best = values.item(order[0])
+    bound = best + picker.abs_margin + picker.rel_margin * abs(best)
+    among = 1
+    while among < size and values.item(order[among]) <= bound:
+        among += 1
+    chosen = order[0] if among == 1 else sorted(order[:among])[rng.randrange(among)]
+    order.remove(chosen)
+    order.insert(0, chosen)
+    return chosen, among, order[:limit]
 
 
 def rank_values(values: Sequence[float], chosen: int, limit: int) -> list[int]:

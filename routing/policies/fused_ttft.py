@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from routing.fleet_view import FleetView, Mask
-from routing.pipeline.candidates import build_candidates, rank, rank_values
+from routing.fleet_view import FleetView, Mask, Rows
+from routing.pipeline.candidates import build_candidates, pick_and_rank, rank, rank_values
 from routing.pipeline.filters import CapacityLeft, Filter, FilterContext, static_verdict
 from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.router import PipelineRouter
@@ -58,6 +58,8 @@ class FusedTTFTRouter(PipelineRouter):
         self._signals_of: tuple[FleetView, int] | None = None
         self._healthy_and_closed: Mask = np.zeros(0, np.bool_)
         self._ejected_last = float("inf")
+        self._alive_of: tuple[FleetView | None, int, Mask | None] = (None, -1, None)
+        self._alive: Mask = np.zeros(0, np.bool_)
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         decision = self._fused(profile, fleet, now)
@@ -65,6 +67,14 @@ class FusedTTFTRouter(PipelineRouter):
             return self._decide(profile, fleet, now, commit=True)
         self.fused += 1
         return decision
+
+    def _static_alive(self, view: FleetView, static: Mask) -> Mask:
+        """``static`` & healthy & circuit closed (cached per view version and static mask)."""
+        key = self._alive_of
+        if key[0] is not view or key[1] != view.version or key[2] is not static:
+            self._alive = static & self._healthy_closed(view)
+            self._alive_of = (view, view.version, static)
+        return self._alive
 
     def _healthy_closed(self, view: FleetView) -> Mask:
         """Healthy with a closed circuit, per row of ``view`` as it is now (cached per version);
@@ -92,18 +102,22 @@ class FusedTTFTRouter(PipelineRouter):
         )
         if len(view) <= self.scalar_max and self.row_scorer is not None:
             return self._scalar(view, profile, now, kept, rejected, capacity, self.row_scorer)
-        alive = static & self._healthy_closed(view)
+        alive = load.depth < capacity.limit(view)
+        alive &= self._static_alive(view, static)
         if self._ejected_last > now:  # someone is (or was) ejected: the only per-time check
             alive &= view.ejected_until <= now
-        alive &= load.depth < capacity.limit(view)
-        rows = np.flatnonzero(alive)
+        rows: Rows = alive.nonzero()[0]
         if len(rows) != len(kept) or not kept:  # a dynamic filter rejected one: reasons needed
             return None
         rng: random.Random = self._rng
         ctx = ScoreContext(view, rows, profile, now, load, rng)
         scores = self.scorer.score(ctx)
-        chosen, among = self.margin_picker.pick(scores.values, rng)
-        order = rank(scores.values, chosen, self.max_ranked)
+        picked = pick_and_rank(self.margin_picker, scores.values, rng, self.max_ranked)
+        if picked is None:
+            chosen, among = self.margin_picker.pick(scores.values, rng)
+            order = rank(scores.values, chosen, self.max_ranked)
+        else:
+            chosen, among, order = picked
         ranked = build_candidates(view, rows, order, scores, among)
         row = rows.item(chosen)
         load.reserve(view.names[row], now)

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from routing.exploration import Exploration, ExploreParams, Explorer
 from routing.fleet_view import F64, FleetView
-from routing.keep_warm import keep_warm_credit, keep_warm_rows
+from routing.keep_warm import keep_warm_positions, keep_warm_rows
 from routing.learned_columns import LearnedColumns
 from routing.learner import LearnerParams, OnlineLearner
 from routing.load import LoadColumns
@@ -275,12 +275,13 @@ class PredictedTTFTScorer:
         long_form = ctx.profile.latency_class is LatencyClass.LONG_FORM
         basis = "predicted end-to-end (ms)" if long_form else "predicted TTFT (ms)"
         p = self.params
-        credit = keep_warm_credit(
+        credited = keep_warm_positions(
             view, ctx.rows, ctx.load, self.row_terms, ctx.now, p.keep_warm_margin_ms
         )
         values, mode = pred.score, ""
-        if credit is not None:
-            values, mode = pred.score - credit, "keep-warm credit offered"
+        if credited:
+            values, mode = pred.score.copy(), "keep-warm credit offered"
+            values[credited] -= p.keep_warm_margin_ms
         explore = self._exploring = self.explorer.candidate(
             values, pred.ttft_ms, ctx.rows, self.learned, ctx.profile, ctx.now
         )
