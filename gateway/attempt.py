@@ -23,6 +23,7 @@ import orjson
 from gateway.chain.hop import LOOP_STATUS, ChainError, ChainErrorKind
 from gateway.doors.upstream import upstream_call
 from gateway.errors import ApiError
+from gateway.http_client import UpstreamResponse
 from gateway.inbound import InboundRequest
 from gateway.lifecycle.handles import UpstreamHold, hold_upstream
 from gateway.metrics import GatewayMetrics
@@ -79,7 +80,7 @@ class AttemptContext:
     policy: ClassPolicy
 
 
-def retry_after(response: aiohttp.ClientResponse) -> float | None:
+def retry_after(response: UpstreamResponse) -> float | None:
     value = response.headers.get("Retry-After")
     try:
         return float(value) if value is not None else None
@@ -108,7 +109,7 @@ async def run_attempt(
     timing = ConnectionTiming()
     sent_at = time.perf_counter()
     hold = hold_upstream(reservation, state.fleet, ctx.metrics, ctx.inbound.profile.prompt_tokens)
-    response: aiohttp.ClientResponse | None = None
+    response: UpstreamResponse | None = None
     first_token_s = ctx.policy.first_token_s
     asyncio.get_running_loop().call_soon(_prework, candidate)  # runs while the backend works
     try:
@@ -220,7 +221,7 @@ async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> At
             return AttemptFailure(name, "empty", "stream ended before the first token")
 
 
-async def _status_failure(name: str, response: aiohttp.ClientResponse) -> AttemptFailure:
+async def _status_failure(name: str, response: UpstreamResponse) -> AttemptFailure:
     body = await response.content.read(_MAX_ERROR_BODY)
     message = error_message(body)
     if response.status == LOOP_STATUS:
@@ -240,7 +241,7 @@ def failed(
     ctx: AttemptContext,
     hold: UpstreamHold,
     failure: AttemptFailure,
-    response: aiohttp.ClientResponse | None,
+    response: UpstreamResponse | None,
 ) -> AttemptFailure:
     """An attempt failed before its first token: counted, and its hold ended with what the
     router learns from it (nothing from an unserved API)."""
@@ -255,7 +256,7 @@ def failed(
     return failure
 
 
-def _close(response: aiohttp.ClientResponse | None) -> None:
+def _close(response: UpstreamResponse | None) -> None:
     if response is not None:
         response.close()
 

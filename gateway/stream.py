@@ -27,6 +27,7 @@ from gateway.chain.hop_timing import (
 )
 from gateway.doors.grammar import OPENAI, Grammar
 from gateway.errors import ApiError
+from gateway.http_client import UpstreamResponse
 from gateway.read_watch import ReadWatch
 from gateway.scrub import scrub
 from gateway.sse import SseEvent, SseSplitter
@@ -106,7 +107,7 @@ class UpstreamExchange:
     """One upstream response after its first token (or its whole non-streaming body): its
     bytes, its events and their timing. It owns the response until :meth:`close`."""
 
-    response: aiohttp.ClientResponse
+    response: UpstreamResponse
     stats: StreamStats
     grammar: Grammar = OPENAI  # the upstream's wire format (gateway/doors/grammar.py)
     inter_token_s: float = 60.0

@@ -1,27 +1,28 @@
 """Pooled HTTP clients to OpenAI-compatible backends, with connection-level timing.
 
-One ``aiohttp.ClientSession`` per backend keeps keep-alive connections warm. A ``TraceConfig``
-records how long the connection took (zero when a pooled one was reused) — the raw material of
-the ``upstream_connect`` timing entry — and whether the connection was reused, which decides the
-one retry the pool does by itself: a pooled connection the backend had already closed (many
-servers close after a streamed response while advertising keep-alive) fails before anything
-was received, so the request is resent once on a fresh connection, invisibly to the client.
+One :class:`gateway.http_client.ConnectionPool` per backend keeps keep-alive connections warm;
+a request is one pre-built header block plus the body, written in one ``send``. How long the
+connection took (zero when a pooled one was reused) is the raw material of the
+``upstream_connect`` timing entry; whether it was reused decides the one retry the pool does by
+itself: a pooled connection the backend had already closed (many servers close after a
+streamed response while advertising keep-alive) fails before anything was received, so the
+request is resent once on a fresh connection, invisibly to the client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
+from yarl import URL
 
 from gateway.auth.tls import backend_context
 from gateway.config import BackendConfig, TimeoutsConfig
+from gateway.http_client import ConnectionPool, UpstreamResponse, header_block
 
 # Errors that mean "the pooled connection was dead", not "the backend failed".
 _STALE_CONNECTION_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
@@ -30,52 +31,18 @@ _MAX_STALE_RETRIES = 2
 
 @dataclass(slots=True)
 class ConnectionTiming:
-    """Filled in by trace hooks while one request is sent."""
+    """Filled in while one request is sent."""
 
     connect_ms: float = 0.0
     reused: bool = False
-    _connect_started: float = field(default=0.0, repr=False)
-
-
-async def _on_connection_create_start(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
-) -> None:
-    timing: ConnectionTiming | None = ctx.trace_request_ctx
-    if timing is not None:
-        timing._connect_started = time.perf_counter()
-
-
-async def _on_connection_create_end(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
-) -> None:
-    timing: ConnectionTiming | None = ctx.trace_request_ctx
-    if timing is not None:
-        timing.connect_ms += (time.perf_counter() - timing._connect_started) * 1000.0
-        timing.reused = False
-
-
-async def _on_connection_reuseconn(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
-) -> None:
-    timing: ConnectionTiming | None = ctx.trace_request_ctx
-    if timing is not None:
-        timing.reused = True
-
-
-def _trace_config() -> aiohttp.TraceConfig:
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_start.append(_on_connection_create_start)
-    trace.on_connection_create_end.append(_on_connection_create_end)
-    trace.on_connection_reuseconn.append(_on_connection_reuseconn)
-    return trace
 
 
 class UpstreamClient:
     """Sends requests to one backend over its own connection pool.
 
-    ``read_bufsize`` bounds what one response may buffer in the gateway: aiohttp stops reading
-    the upstream socket when twice that is waiting unread, so a stream whose client is slow
-    pushes back on its backend through TCP instead of filling the gateway's memory.
+    ``read_bufsize`` bounds what one response may buffer in the gateway: the upstream socket is
+    not read while twice that is waiting unread, so a stream whose client is slow pushes back
+    on its backend through TCP instead of filling the gateway's memory.
     """
 
     def __init__(
@@ -90,14 +57,22 @@ class UpstreamClient:
         self._resolver = resolver
         self._ssl = backend_context(backend.name, backend.tls)
         self.base_url = backend.base_url()
-        self._api_key = backend.api_key.resolve() if backend.api_key is not None else None
+        url = URL(self.base_url)
+        self._base_path = url.raw_path.rstrip("/")
+        api_key = backend.api_key.resolve() if backend.api_key is not None else None
+        fixed = {"Host": _host_header(url), "Content-Type": "application/json"}
+        fixed["User-Agent"] = "meridian"
+        if api_key is not None:
+            fixed["Authorization"] = f"Bearer {api_key}"
+        self._fixed = fixed
+        self._has_key = api_key is not None
+        self._fixed_block = header_block(fixed)
         self._timeouts = timeouts
         self.read_bufsize = read_bufsize
-        self._session: aiohttp.ClientSession | None = None
-        # Responses handed out and maybe still read: closing the session drops their readers
-        # without waking them (aiohttp forgets the payload before the connection is lost), so
-        # close() fails them first — a request is never left waiting on a closed pool.
-        self._live: weakref.WeakSet[aiohttp.ClientResponse] = weakref.WeakSet()
+        self._pool: ConnectionPool | None = None
+        # Responses handed out and maybe still read: close() fails them first — a request is
+        # never left waiting on a closed pool.
+        self._live: weakref.WeakSet[UpstreamResponse] = weakref.WeakSet()
 
     def same_settings(self, backend: BackendConfig, timeouts: TimeoutsConfig, bufsize: int) -> bool:
         return (
@@ -106,63 +81,54 @@ class UpstreamClient:
             and self.read_bufsize == bufsize
         )
 
-    def _ensure_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=self.backend.max_connections,
-                keepalive_timeout=30.0,
-                enable_cleanup_closed=True,
-                resolver=self._resolver,
-                ssl=self._ssl,
-                use_dns_cache=self._resolver is None,  # pins are a dict already, and move
+    def _ensure_pool(self) -> ConnectionPool:
+        if self._pool is None:
+            url = URL(self.base_url)
+            self._pool = ConnectionPool(
+                url, self.backend.max_connections, self._ssl, self._resolver
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                trace_configs=[_trace_config()],
-                auto_decompress=False,
-                skip_auto_headers=("User-Agent",),
-                read_bufsize=self.read_bufsize,
-            )
-        return self._session
+        return self._pool
 
-    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "User-Agent": "meridian"}
-        headers.update(extra)
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
+    def _request(self, path: str, body: bytes, extra: Mapping[str, str]) -> bytes:
+        """The whole request in one buffer: the fixed block, what this request adds (a name
+        the fixed block has is taken from ``extra``), the length and the body."""
+        fixed = self._fixed_block
+        if extra and any(name.title() in self._fixed for name in extra):
+            merged = {**self._fixed}
+            for name, value in extra.items():
+                key = name.title() if name.title() in self._fixed else name
+                if key != "Authorization" or not self._has_key:  # the backend's key wins
+                    merged[key] = value
+            fixed, extra = header_block(merged), {}
+        head = b"POST %s HTTP/1.1\r\n" % (self._base_path + path).encode()
+        length = b"Content-Length: %d\r\n\r\n" % len(body)
+        return b"".join((head, fixed, header_block(extra), length, body))
 
     async def post(
         self, path: str, body: bytes, headers: Mapping[str, str], timing: ConnectionTiming
-    ) -> aiohttp.ClientResponse:
+    ) -> UpstreamResponse:
         """Send a POST and return once response headers are in; the caller reads and closes."""
-        session = self._ensure_session()
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self._timeouts.connect_s, connect=self._timeouts.connect_s
-        )
-        url = self.base_url + path
-        all_headers = self._headers(headers)
+        pool = self._ensure_pool()
+        request = self._request(path, body, headers)
         stale_retries = 0
         while True:
-            timing.reused = False
+            conn, reused, connect_ms = await pool.acquire(self._timeouts.connect_s)
+            timing.reused = reused
+            timing.connect_ms += connect_ms
+            response = conn.send(request, self.read_bufsize)
             try:
-                response = await session.post(
-                    url, data=body, headers=all_headers, timeout=timeout, trace_request_ctx=timing
-                )
-                self._live.add(response)
-                return response
+                await response.head()
             except _STALE_CONNECTION_ERRORS:
-                if not timing.reused or stale_retries >= _MAX_STALE_RETRIES:
+                response.close()
+                if not reused or response.got_bytes or stale_retries >= _MAX_STALE_RETRIES:
                     raise
                 stale_retries += 1
-
-    async def get(self, path: str, timeout_s: float) -> aiohttp.ClientResponse:
-        session = self._ensure_session()
-        return await session.get(
-            self.base_url + path,
-            headers=self._headers({}),
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-        )
+                continue
+            except BaseException:
+                response.close()
+                raise
+            self._live.add(response)
+            return response
 
     async def close(self) -> None:
         for response in list(self._live):
@@ -171,9 +137,17 @@ class UpstreamClient:
                     aiohttp.ClientConnectionError("the upstream client was closed")
                 )
         self._live.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        await asyncio.sleep(0)  # the transports' close callbacks run
+
+
+def _host_header(url: URL) -> str:
+    host = url.raw_host or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    return host if url.is_default_port() else f"{host}:{url.port}"
 
 
 class UpstreamPool:

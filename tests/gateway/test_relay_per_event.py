@@ -11,9 +11,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import aiohttp
 import pytest
+from yarl import URL
 
+from gateway.http_client import ConnectionPool
 from gateway.read_watch import ReadWatch
 from gateway.sse import SseSplitter
 from gateway.stream import StreamBroken, UpstreamExchange
@@ -92,9 +93,12 @@ async def one_write_upstream() -> AsyncIterator[tuple[str, list[bytes]]]:
     await server.wait_closed()
 
 
-async def opened_stream(session: aiohttp.ClientSession, url: str) -> UpstreamExchange:
-    """The upstream exchange an attempt hands over after its first read."""
-    response = await session.get(url)
+async def opened_stream(url: str) -> UpstreamExchange:
+    """The upstream exchange an attempt hands over after its first read (the relay's own
+    client; this server's body runs to the connection's close)."""
+    conn, _, _ = await ConnectionPool(URL(url), 1, True).acquire(connect_s=60.0)
+    response = conn.send(b"GET / HTTP/1.1\r\nHost: upstream\r\n\r\n", 2**16)
+    await response.head()
     return UpstreamExchange(
         response=response,
         stats=StreamStats(started_at=time.perf_counter()),
@@ -107,12 +111,11 @@ async def test_the_events_of_one_upstream_read_come_as_one_batch(
 ) -> None:
     url, body = one_write_upstream
     body[:] = [TOKEN, TOKEN, b": comment\n\n", TOKEN, FINISH, DONE]
-    async with aiohttp.ClientSession() as session:
-        opened = await opened_stream(session, url)
-        try:
-            batches = [batch async for batch in opened.all_batches()]
-        finally:
-            opened.close()
+    opened = await opened_stream(url)
+    try:
+        batches = [batch async for batch in opened.all_batches()]
+    finally:
+        opened.close()
     assert [[event.raw for event in batch] for batch in batches] == [body]
     assert opened.stats.output_events == 3  # tokens via the fast path, the finish is not one
     assert opened.saw_done and opened.ended_by is batches[0][-1]
@@ -124,11 +127,10 @@ async def test_events_before_a_broken_one_are_relayed_before_the_error(
     url, body = one_write_upstream
     body[:] = [TOKEN, TOKEN, b'data: {"error": {"message": "engine OOM"}}\n\n', TOKEN, DONE]
     got: list[bytes] = []
-    async with aiohttp.ClientSession() as session:
-        opened = await opened_stream(session, url)
-        with pytest.raises(StreamBroken) as broken:
-            async for event in opened.all_events():
-                got.append(event.raw)
-        opened.close()
+    opened = await opened_stream(url)
+    with pytest.raises(StreamBroken) as broken:
+        async for event in opened.all_events():
+            got.append(event.raw)
+    opened.close()
     assert got == [TOKEN, TOKEN]
     assert broken.value.kind == "upstream_error_event"

@@ -1,0 +1,413 @@
+"""A lean HTTP/1.1 client for the relay's upstream POSTs: one ``send`` per request, llhttp parses.
+
+At concurrency 1 the aiohttp client's request path (``ClientSession.request``: URL and header
+objects, tracing signals, the connector's bookkeeping, a header write and a body write) cost
+~0.5 ms of CPU per streamed request on the test VM (``docs/results/perf-issue16.md``, Session 5).
+The relay needs much less: a POST with a fixed header block to one origin, keep-alive
+connections, chunked or content-length bodies, TLS. Here a request is the client's pre-built
+header block, the per-request headers and the body joined into one ``transport.write``; the
+response is parsed by ``httptools`` (llhttp, the parser of Node.js and uvicorn) straight into a
+:class:`BodyReader` with the ``readany``/``read``/``set_exception`` surface the relay reads.
+
+Back-pressure as aiohttp's: the socket stops being read while more than twice ``read_bufsize``
+bytes wait unread. Errors are aiohttp's types (the relay and ``gateway/scrub.py`` classify them):
+a connection closed before the response head is :class:`aiohttp.ServerDisconnectedError`, one
+closed mid-body :class:`aiohttp.ClientPayloadError`, unparsable bytes
+:class:`aiohttp.ClientResponseError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import cast
+
+import aiohttp
+import httptools
+from aiohttp.abc import AbstractResolver
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+_KEEPALIVE_S = 30.0
+
+
+class BodyReader:
+    """A response body as it arrives: what the relay reads and what aborts it from outside."""
+
+    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_high", "_size", "_waiter", "total_bytes")
+
+    def __init__(self, conn: UpstreamConnection, limit: int) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self.total_bytes = 0  # every body byte fed so far
+        self._eof = False
+        self._exc: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._conn = conn
+        self._high = 2 * limit
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        self.total_bytes += len(data)
+        self._wake()
+        if self._size > self._high:
+            self._conn.pause()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        """Every read from now on raises ``exc`` (a waiting one wakes with it)."""
+        self._exc = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        while not self._chunks and not self._eof and self._exc is None:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    async def readany(self) -> bytes:
+        """What has arrived (waiting for something), b"" at the end of the body."""
+        await self._wait()
+        if self._exc is not None:
+            raise self._exc
+        chunks = self._chunks
+        if not chunks:
+            return b""
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        self._conn.resume()
+        return data
+
+    async def read(self, limit: int = -1) -> bytes:
+        """The body up to its end, or its first ``limit`` bytes when it is longer."""
+        parts: list[bytes] = []
+        size = 0
+        while limit < 0 or size < limit:
+            data = await self.readany()
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        body = b"".join(parts)
+        return body if limit < 0 else body[:limit]
+
+
+class UpstreamResponse:
+    """One response: status and headers once :meth:`head` returns, then the body in
+    ``content``. Release it (back to the pool once the body ended) or close it."""
+
+    def __init__(self, conn: UpstreamConnection, limit: int) -> None:
+        self._conn: UpstreamConnection | None = conn
+        self._parser = httptools.HttpResponseParser(self)
+        self._raw_headers: list[tuple[str, str]] = []
+        self._head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._until_close = False  # no length, not chunked: the body ends with the connection
+        self.status = 0
+        self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+        self.content = BodyReader(conn, limit)
+        self.complete = False
+        self.keep_alive = False
+        self.got_bytes = False  # anything came back: a failure now is not a stale connection
+
+    # llhttp callbacks (httptools looks them up by name when the parser is made)
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if status < 200:  # an interim 1xx: its headers are not the response's
+            self._raw_headers = []
+            return
+        self.status = status
+        headers = CIMultiDict(self._raw_headers)
+        self.headers = CIMultiDictProxy(headers)
+        chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
+        self._until_close = not chunked and "Content-Length" not in headers
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.content.feed(body)
+
+    def on_message_complete(self) -> None:
+        if self.status >= 200:
+            self.complete = True
+            # asked here: once the callback returns, llhttp has reset for the next message
+            self.keep_alive = self._parser.should_keep_alive()
+            self.content.feed_eof()
+
+    def feed(self, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            error = aiohttp.ClientResponseError(
+                aiohttp.RequestInfo(URL(), "POST", CIMultiDictProxy(CIMultiDict())),
+                (),
+                message=f"malformed upstream response: {type(exc).__name__}",
+            )
+            self._fail(error)
+            self.close()
+
+    def lost(self, exc: BaseException | None) -> None:
+        """The connection is gone: the end of a body read to the close, else an error."""
+        if self.complete:
+            return
+        if self._head.done() and self._until_close and exc is None:
+            self.complete = True
+            self.content.feed_eof()
+            return
+        if not self._head.done():
+            failure: BaseException = aiohttp.ServerDisconnectedError()
+        else:
+            failure = aiohttp.ClientPayloadError("upstream response payload is not completed")
+        if exc is not None:
+            failure.__cause__ = exc
+        self._fail(failure)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self._head.done():
+            self._head.set_exception(exc)
+        self.content.set_exception(exc)
+
+    async def head(self) -> None:
+        await self._head
+
+    @property
+    def connection(self) -> UpstreamConnection | None:
+        """The connection until the response is released or closed."""
+        return self._conn
+
+    @property
+    def content_type(self) -> str:
+        value = self.headers.get("Content-Type", "application/octet-stream")
+        return value.partition(";")[0].strip().lower()
+
+    async def read(self) -> bytes:
+        return await self.content.read()
+
+    def release(self) -> None:
+        """Hand the connection back for the next request (closed unless the body ended)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.done(self, reusable=self.complete and self.keep_alive)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.done(self, reusable=False)
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection: at most one response at a time."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.response: UpstreamResponse | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        response = self.response
+        if response is None:  # bytes nobody asked for: the connection cannot be trusted
+            self.close()
+            return
+        response.feed(data)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        response, self.response = self.response, None
+        if response is not None:
+            response.lost(exc)
+        self._pool.forget(self)
+
+    def send(self, request: bytes, limit: int) -> UpstreamResponse:
+        if self.transport is None or self.closed:
+            raise aiohttp.ServerDisconnectedError()
+        response = self.response = UpstreamResponse(self, limit)
+        self.transport.write(request)
+        return response
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def done(self, response: UpstreamResponse, *, reusable: bool) -> None:
+        if self.response is response:
+            self.response = None
+        if reusable and not self.closed:
+            self.resume()
+            self._pool.put_back(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()  # connection_lost follows: the pool forgets it then
+
+
+class ConnectionPool:
+    """Keep-alive connections to one origin, at most ``limit`` open at once."""
+
+    def __init__(
+        self,
+        url: URL,
+        limit: int,
+        ssl_context: ssl.SSLContext | bool,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
+        if url.host is None:
+            raise ValueError(f"backend URL without a host: {url}")
+        self.host: str = url.host
+        self.port: int = url.port or (443 if url.scheme == "https" else 80)
+        self._ssl: ssl.SSLContext | None = None
+        if url.scheme == "https":
+            self._ssl = ssl_context if isinstance(ssl_context, ssl.SSLContext) else _default_tls()
+        self._resolver = resolver
+        self._limit = limit
+        self._idle: list[UpstreamConnection] = []
+        self._open: set[UpstreamConnection] = set()
+        self._connecting = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self.closed = False
+
+    async def acquire(self, connect_s: float) -> tuple[UpstreamConnection, bool, float]:
+        """A connection, whether it was pooled, and how long connecting took (ms)."""
+        while True:
+            if self.closed:
+                raise aiohttp.ClientConnectionError("the upstream client was closed")
+            now = time.monotonic()
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed and now - conn.idle_since < _KEEPALIVE_S:
+                    return conn, True, 0.0
+                conn.close()
+            if len(self._open) + self._connecting < self._limit:
+                started = time.perf_counter()
+                conn = await self._connect(connect_s)
+                return conn, False, (time.perf_counter() - started) * 1000.0
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    async def _connect(self, connect_s: float) -> UpstreamConnection:
+        self._connecting += 1
+        try:
+            async with asyncio.timeout(connect_s):
+                conn = await self._connect_any(await self._addresses())
+        finally:
+            self._connecting -= 1
+            self._wake_one()
+        if self.closed:
+            conn.close()
+            raise aiohttp.ClientConnectionError("the upstream client was closed")
+        self._open.add(conn)
+        return conn
+
+    async def _connect_any(self, addresses: list[tuple[str, int]]) -> UpstreamConnection:
+        """The first address that takes the connection, in the resolver's order."""
+        loop = asyncio.get_running_loop()
+        failure: OSError = OSError(f"no address for {self.host}")
+        for host, port in addresses:
+            try:
+                _, conn = await loop.create_connection(
+                    lambda: UpstreamConnection(self),
+                    host,
+                    port,
+                    ssl=self._ssl,
+                    server_hostname=self.host if self._ssl is not None else None,
+                )
+                return conn
+            except OSError as exc:
+                failure = exc
+        raise failure
+
+    async def _addresses(self) -> list[tuple[str, int]]:
+        if self._resolver is None:
+            return [(self.host, self.port)]
+        found = await self._resolver.resolve(self.host, self.port, socket.AF_UNSPEC)
+        return [(entry["host"], entry["port"]) for entry in found]
+
+    def put_back(self, conn: UpstreamConnection) -> None:
+        if self.closed:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        self._idle.append(conn)
+        self._wake_one()
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        self._open.discard(conn)
+        if conn in self._idle:
+            self._idle.remove(conn)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> list[UpstreamConnection]:
+        """Close every connection; the ones with a response in flight are returned."""
+        self.closed = True
+        busy = [conn for conn in self._open if conn.response is not None]
+        for conn in list(self._open):
+            conn.close()
+        self._idle.clear()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        return busy
+
+
+def _default_tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def header_block(fields: Mapping[str, str]) -> bytes:
+    """``Name: value`` lines; a CR, LF or NUL in a field would split the request: refused."""
+    lines = []
+    for name, value in fields.items():
+        line = f"{name}: {value}\r\n"
+        if "\r" in line[:-2] or "\n" in line[:-2] or "\x00" in line:
+            raise ValueError(f"header {name!r} holds a line break")
+        lines.append(line)
+    return "".join(lines).encode()

@@ -1,0 +1,266 @@
+"""The relay's upstream HTTP/1.1 client (gateway/http_client.py) against scripted servers on
+loopback: bodies framed by length, by chunks and by the connection's close; keep-alive reuse;
+the connection cap; back-pressure; and every way a response can be broken.
+
+Every wait is for an event (bytes, a connection, a pause); none depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+from yarl import URL
+
+from gateway.http_client import ConnectionPool, UpstreamResponse, header_block
+
+Script = Callable[["Scripted", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Serve = Callable[[Script], Awaitable[tuple["Scripted", URL]]]
+REQUEST = b"POST /v1/x HTTP/1.1\r\nHost: upstream\r\nContent-Length: 2\r\n\r\n{}"
+
+
+class Scripted:
+    """A server answering each connection with ``script``; counts connections and requests."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.server: asyncio.Server | None = None
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        request = head + await reader.readexactly(length)
+        self.requests.append(request)
+        return request
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.script(self, reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def start(self) -> URL:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return URL(f"http://127.0.0.1:{port}")
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    started: list[Scripted] = []
+
+    async def start(script: Script) -> tuple[Scripted, URL]:
+        server = Scripted(script)
+        started.append(server)
+        return server, await server.start()
+
+    yield start
+    for server in started:
+        assert server.server is not None
+        server.server.close()
+        await server.server.wait_closed()
+
+
+async def send(pool: ConnectionPool, limit: int = 2**16) -> tuple[UpstreamResponse, bool]:
+    conn, reused, _ = await pool.acquire(connect_s=60.0)
+    response = conn.send(REQUEST, limit)
+    await response.head()
+    return response, reused
+
+
+def keep_alive(body_of: Callable[[int], bytes]) -> Script:
+    """Answer every request on the connection with ``body_of(n)`` (n: requests so far)."""
+
+    async def script(
+        server: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            await server.read_request(reader)
+            writer.write(body_of(len(server.requests)))
+            await writer.drain()
+
+    return script
+
+
+def chunked(*parts: bytes) -> bytes:
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Seen: a\r\n\r\n" + body
+
+
+async def test_chunked_and_length_bodies_reuse_one_connection(serve: Serve) -> None:
+    def body_of(n: int) -> bytes:
+        if n % 2:
+            return chunked(b"data: one\n\n", b"data: two\n\n")
+        return b"HTTP/1.1 503 Busy\r\nContent-Length: 5\r\nRetry-After: 2\r\n\r\nbusy!"
+
+    server, url = await serve(keep_alive(body_of))
+    pool = ConnectionPool(url, 4, True)
+    try:
+        first, reused = await send(pool)
+        assert (first.status, reused, first.headers["x-seen"]) == (200, False, "a")
+        assert await first.read() == b"data: one\n\ndata: two\n\n"
+        first.release()
+        second, reused = await send(pool)
+        assert (second.status, reused, second.headers["Retry-After"]) == (503, True, "2")
+        assert await second.content.read(3) == b"bus"
+        second.close()  # not read to the end: the connection is not reused
+        third, reused = await send(pool)
+        assert reused is False and await third.read() == b"data: one\n\ndata: two\n\n"
+        third.release()
+    finally:
+        pool.close()
+    assert server.connections == 2 and len(server.requests) == 3
+    assert server.requests[0] == REQUEST
+
+
+async def test_a_body_framed_by_the_close_ends_with_it(serve: Serve) -> None:
+    async def script(
+        _: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+        await writer.drain()
+
+    _, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    response, _ = await send(pool)
+    assert await response.read() == b"all of it" and response.complete
+    response.release()
+    pool.close()
+
+
+async def test_a_connection_closed_mid_body_is_a_payload_error(serve: Serve) -> None:
+    async def script(
+        _: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
+        await writer.drain()
+
+    _, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    response, _ = await send(pool)
+    assert await response.content.readany() == b"only this"
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await response.content.readany()
+    response.close()
+    pool.close()
+
+
+async def test_a_connection_closed_before_the_head_is_a_disconnect(serve: Serve) -> None:
+    async def script(
+        _: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+
+    _, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await send(pool)
+    pool.close()
+
+
+async def test_bytes_that_are_not_http_are_a_response_error(serve: Serve) -> None:
+    async def script(
+        server: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        if server.connections > 1:  # the second connection is answered properly
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        else:
+            writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # until the client hangs up
+
+    scripted, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    with pytest.raises(aiohttp.ClientResponseError):
+        await send(pool)
+    response, reused = await send(pool)  # the broken connection was not kept
+    assert scripted.connections == 2 and reused is False and response.status == 200
+    response.close()
+    pool.close()
+
+
+async def test_a_slow_reader_stops_the_socket_being_read(serve: Serve) -> None:
+    more = asyncio.Event()
+
+    async def script(
+        _: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 3000\r\n\r\n" + b"x" * 1000)
+        await writer.drain()
+        await more.wait()
+        writer.write(b"y" * 2000)
+        await writer.drain()
+
+    _, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    response, _ = await send(pool, limit=1)  # paused above 2 buffered bytes
+    conn = response.connection
+    assert conn is not None
+    await response.content._wait()  # the first bytes are in
+    assert conn._paused
+    more.set()
+    got = await response.read()  # reading resumes the socket
+    assert got == b"x" * 1000 + b"y" * 2000 and not conn._paused
+    response.release()
+    pool.close()
+
+
+async def test_the_cap_makes_a_request_wait_for_a_free_connection(serve: Serve) -> None:
+    server, url = await serve(
+        keep_alive(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d" % n)
+    )
+    pool = ConnectionPool(url, 1, True)
+    first, _ = await send(pool)
+    waiting = asyncio.ensure_future(send(pool))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert await first.read() == b"1"
+    first.release()
+    second, reused = await waiting
+    assert reused and await second.read() == b"2"
+    second.release()
+    pool.close()
+    assert server.connections == 1
+
+
+async def test_closing_the_pool_fails_a_waiting_request_and_closes_its_sockets(
+    serve: Serve,
+) -> None:
+    async def script(
+        _: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.read()
+
+    _, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    conn, _, _ = await pool.acquire(connect_s=60.0)
+    response = conn.send(REQUEST, 2**16)
+    waiting = asyncio.ensure_future(response.head())
+    pool.close()
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await waiting
+    assert conn.closed
+    with pytest.raises(aiohttp.ClientConnectionError):
+        await pool.acquire(connect_s=60.0)
+
+
+def test_a_header_value_with_a_line_break_is_refused() -> None:
+    assert header_block({"X-A": "1", "X-B": "two"}) == b"X-A: 1\r\nX-B: two\r\n"
+    for bad in ("a\r\nX-Injected: 1", "a\nb", "a\x00"):
+        with pytest.raises(ValueError):
+            header_block({"X-A": bad})
