@@ -7,6 +7,12 @@ it as a change of its rate only when the time it implies is physically plausible
 dominates, a fixed offset moved (an RTT jump, a stalled hop) and the offset learns it
 (``routing.offset_learning``: slow calibration plus detected level shifts, both directions
 alike; a surprising residual is weighed as a step of the offset before any rate sees it).
+Except on a request that queued: when no term dominates but a queue was predicted and can have
+caused the residual, the queue scale takes it (``_queue_explains``). Load-dependent errors (our
+own reservations ahead that really shared a step, a scraped queue long drained) are the queue
+model's, and blamed on the offset they drove it to its floor while the rates drifted the other
+way to compensate (issue 14, scenario 3). Ranking still counts our own reservations in full
+(``RowTerms.hedge``): the learned scale corrects the predicted TTFT, not the spreading.
 Rates and scales move multiplicatively by a clipped step (``max_log_step``) so one outlier (a
 GC pause, a retry) cannot swing the model, and they settle on the median of their samples.
 Every correction decays toward configuration when no sample refreshes it
@@ -277,9 +283,27 @@ class OnlineLearner:
                 else:
                     est.step_scale = self._rescaled(est.step_scale, step, took)
                 return
+        if self._queue_explains(est, queue, residual):
+            return
         # No variable term dominates, or the one that does would have taken an implausible
-        # time: an offset (RTT, overhead, a hop) was wrong.
+        # time, and no queue can explain it: an offset (RTT, overhead, a hop) was wrong.
         self._learn_offset(est, residual, terms)
+
+    def _queue_explains(self, est: BackendEstimate, queue_ms: float, residual_ms: float) -> bool:
+        """A residual on a request that queued (behind the engine's queue or our own
+        reservations ahead) is the queue's to learn when the queue can have caused it: what
+        the queue took (``queue_ms + residual_ms``) is at most ``offset_ratio`` x predicted,
+        and not so far below zero that more than the queue was wrong. Load-dependent errors
+        then stay off the offset: blamed on it, they drive it to its floor while the rates
+        drift the other way to compensate, in an equilibrium where every term is wrong (issue
+        14: scenario 3's bias at -11 ms, prefill 20-25% slow). A queue that took no time at
+        all is learned as taking the least a scale can express."""
+        p = self.params
+        took = queue_ms + residual_ms
+        if queue_ms < p.min_term_ms or not -queue_ms <= took <= p.offset_ratio * queue_ms:
+            return False
+        self._learn_queue(est, queue_ms, max(took, queue_ms / p.offset_ratio))
+        return True
 
     def _stepped(
         self,

@@ -224,6 +224,8 @@ def predict(
     placement = placement_column(view, profile.region_penalty_ms)
     if placement is not None:
         full = full + placement
+    if rt.hedging:  # our own reservations the learned queue scale discounts (score only)
+        full = full + rt.hedge
     return Prediction(
         rows=rows,
         score=full if len(rows) == len(view) else full[rows],

@@ -78,6 +78,11 @@ class RowTerms:
         empty = np.zeros(0)
         self.rtt = empty  # measured, else the region table, else the configured fallbacks
         self.queue = empty
+        # Score only, never the TTFT: our own reservations the learned queue scale discounts,
+        # at full weight again (see ``_row``).
+        self.hedge = empty
+        self.hedging = False  # any row with a hedge (else the predictor skips it)
+        self._hedged_rows: set[int] = set()
         self.decode = empty  # step time of the batch a request's prefill would share (0: idle)
         # rtt + queue + half a step + bias + first-token overhead: every TTFT's first sum
         self.base = empty
@@ -128,6 +133,7 @@ class RowTerms:
         for row in rows:
             self._row(view, load, learned, row)
         self.arriving = bool(self._arriving_rows)
+        self.hedging = bool(self._hedged_rows)
 
     def evidence(self, view: FleetView, learned: LearnedColumns, row: int) -> Evidence:
         """``row``'s signal times and learned spreads as they stand (synced to ``view``)."""
@@ -138,12 +144,12 @@ class RowTerms:
 
     def _allocate(self, view: FleetView, load: LoadColumns) -> None:
         self._view, self._load_generation = view, load.generation
-        self._evidence, self._arriving_rows = {}, set()
+        self._evidence, self._arriving_rows, self._hedged_rows = {}, set(), set()
         size = len(view)
         for name in (
             "rtt", "queue", "decode", "base", "base_and_step", "step_room", "itl", "others", "batch", "idle_base",
             "cold_after", "cold_ramp", "warm_until", "keep_warm_due", "arrivals", "arrival_window",
-            "arrival_rps", "slot_ms", "free_slots",
+            "arrival_rps", "slot_ms", "free_slots", "hedge",
         ):  # fmt: skip
             setattr(self, name, np.zeros(size))
         # What configuration says per row, as plain lists: read once per row per change.
@@ -194,6 +200,17 @@ class RowTerms:
         queue_scale = learned.queue_scale.item(row)
         slot_ms = queue_scale * learned.service_ms.item(row) / seqs
         queue = slots_ahead * slot_ms + queue_scale * (unprefilled * per_waiting + own_ms)
+        # The learned queue scale makes the predicted wait what requests really waited, and
+        # most of our own reservations ahead turn out not to be (they share a step, or are
+        # mostly done). Ranking still counts them at full weight: between scrapes they are the
+        # only sign of a backend's fresh load we have (other gateways' sends are invisible),
+        # and spreading on it is what keeps the tail short (issue 14, docs/learning.md).
+        hedge = (1.0 - queue_scale) * own_ms if queue_scale < 1.0 else 0.0
+        self.hedge[row] = hedge
+        if hedge:
+            self._hedged_rows.add(row)
+        else:
+            self._hedged_rows.discard(row)
         overhead = self._overhead[row]
         self.rtt[row], self.queue[row], self.decode[row], self.step_room[row] = (
             rtt, queue, decode, room,

@@ -133,6 +133,9 @@ def predict_rows(
         out = [one._replace(score=one.score + more) for one, more in zip(out, answer, strict=True)]
     if placement is not None:
         out = [one._replace(score=one.score + one.placement_ms) for one in out]
+    if rt.hedging:  # our own reservations the learned queue scale discounts (see predict)
+        hedge = rt.hedge
+        out = [one._replace(score=one.score + hedge.item(one.row)) for one in out]
     return out
 
 

@@ -111,7 +111,8 @@ def test_a_cold_gateways_recording_replays_faithfully_with_signals_after() -> No
     second (before it had scraped anything): replayed with signals from the start, the
     replay's router sees queues the live one did not and its split is far off; with
     ``signals_after_s`` = 1 it makes the recording's first decisions and its split is within
-    5 pp (docs/replay.md)."""
+    10 pp (docs/replay.md; 2.5 pp with the learner that recorded it, 7.5 since a queued
+    request's residual is the queue's to learn: 3 of 40 requests)."""
     recorded = read_trace(COLD)
     theirs = [line.recorded.backend if line.recorded else None for line in recorded.lines]
     results = []
@@ -125,5 +126,5 @@ def test_a_cold_gateways_recording_replays_faithfully_with_signals_after() -> No
         worst = max(abs(mine.count(n) - theirs.count(n)) / 40 for n in {*mine, *theirs} - {None})
         results.append((same, worst))
     (same_plain, worst_plain), (same_cold, worst_cold) = results
-    assert same_cold >= 6 and worst_cold <= 0.05
-    assert same_plain < same_cold and worst_plain > 0.05
+    assert same_cold >= 6 and worst_cold <= 0.1
+    assert same_plain < same_cold and worst_plain > 0.1
