@@ -36,6 +36,7 @@ from routing.predictor_rows import Evidence, RowTerms
 from routing.types import LatencyClass, RequestProfile
 
 _STEP = TERMS.index("step")
+_NEW_TUPLE = tuple.__new__
 
 __all__ = [
     "CONFIGURED", "TERMS", "Prediction", "PredictorParams", "RowInputs", "placement_column",
@@ -105,7 +106,8 @@ def row_inputs(
     rtt_at, rtt_unknown, metrics_at, learned_at, traffic_at, cold_ms, samples, dev, p90, down_at = (
         evidence
     )  # fmt: skip
-    return RowInputs(  # positional (RowInputs' order): a third cheaper than by keyword
+    # tuple.__new__: RowInputs' own __new__ (a Python function) costs 2.5x as much
+    return _NEW_TUPLE(RowInputs, (
         terms,
         ttft_ms,
         None if rtt_at is None else now - rtt_at,
@@ -122,7 +124,7 @@ def row_inputs(
         params.stale_after_s,
         placement_ms,
         params.evidence_horizon_s,
-    )
+    ))  # fmt: skip
 
 
 def _downstream(view: FleetView, model: str) -> dict[int, float]:

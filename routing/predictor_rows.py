@@ -109,6 +109,7 @@ class RowTerms:
         self.keep_warm_due = empty  # when an idle backend earns a keep-warm credit
         self.scaling_rows = np.zeros(0, dtype=np.intp)  # rows that scale to zero
         self.scaling_list: list[int] = []  # ...as a list (the scalar path)
+        self._scaling: set[int] = set()  # ...and a set
         self.scales = False  # any backend that scales to zero
         self.min_room = 0.0
         # Row -> what a candidate's breakdown reads that no request changes (``evidence``),
@@ -162,7 +163,16 @@ class RowTerms:
         self.min_room = float((view.step_budget - view.max_num_seqs).min()) if size else 0.0
         self.scaling_rows = np.flatnonzero(view.serverless & np.isfinite(view.idle_timeout_s))
         self.scaling_list = self.scaling_rows.tolist()
+        self._scaling = set(self.scaling_list)
         self.scales = len(self.scaling_list) > 0
+        # A row that never scales to zero is never cold: idle since +inf, with a unit idle
+        # timeout (``_cold_inputs`` writes only the rows that scale).
+        ramp = self.params.cold_ramp
+        self.idle_base[:] = _INF
+        self.cold_after[:] = (1.0 - ramp) * 1.0
+        self.cold_ramp[:] = 2.0 * ramp * 1.0
+        self.warm_until[:] = _INF
+        self.keep_warm_due[:] = _INF
 
     def _row(self, view: FleetView, load: LoadColumns, learned: LearnedColumns, row: int) -> None:
         p = self.params
@@ -198,6 +208,7 @@ class RowTerms:
         per_waiting = (typical if typical > default else default) * with_steps
         slots_ahead = depth + 1.0 - seqs if depth + 1.0 > seqs else 0.0
         queue_scale = learned.queue_scale.item(row)
+        itl_ms = learned.itl_ms.item(row)
         slot_ms = queue_scale * learned.service_ms.item(row) / seqs
         queue = slots_ahead * slot_ms + queue_scale * (unprefilled * per_waiting + own_ms)
         # The learned queue scale makes the predicted wait what requests really waited, and
@@ -223,7 +234,7 @@ class RowTerms:
         load.prefilling.window_s[row] = window
         load.prefilling.typical_ms[row] = per_queued
         others = view.others_uncached.item(row)
-        arrivals = learned.queue_scale.item(row) * 1000.0 * others / rate * with_steps
+        arrivals = queue_scale * 1000.0 * others / rate * with_steps
         self.arrivals[row] = arrivals
         # Others' arrivals are counted at admission: ahead from there until their first token.
         self.arrival_window[row] = (queue + per_queued) / 1000.0
@@ -235,12 +246,12 @@ class RowTerms:
         self.slot_ms[row], self.free_slots[row] = slot_ms, seqs - depth - 1.0
         joined = depth + 1.0 if depth + 1.0 < seqs else seqs
         scale = 1.0 + slope * (joined / seqs - 0.5)
-        self.itl[row] = learned.itl_ms.item(row) * (scale if scale > 0.25 else 0.25)
+        self.itl[row] = itl_ms * (scale if scale > 0.25 else 0.25)
         # Joining a batch with room slows each of its ``batch`` sequences by a slope's share
         # of the ITL per step; a full batch is joined later, when one leaves (no net change).
-        self.others[row] = batch * learned.itl_ms.item(row) * slope / seqs if depth < seqs else 0.0
+        self.others[row] = batch * itl_ms * slope / seqs if depth < seqs else 0.0
         self.batch[row] = batch
-        if self.scales:
+        if row in self._scaling:
             self._cold_inputs(view, load, row)
 
     def batch_scale(self, batch: float, seqs: float) -> float:
@@ -248,24 +259,22 @@ class RowTerms:
         return max(1.0 + self.params.itl_batch_slope * (batch / seqs - 0.5), 0.25)
 
     def _cold_inputs(self, view: FleetView, load: LoadColumns, row: int) -> None:
+        """The cold-start inputs of a row that scales to zero."""
         p = self.params
         ramp = p.cold_ramp
         timeout = view.idle_timeout_s.item(row)
-        if not (view.serverless[row] and timeout < _INF):
-            base, timeout = _INF, 1.0  # idle is -inf: P(cold) is 0
-        else:
-            # Our last traffic, reservation or warm-up, or a scrape showing the engine running
-            # sequences then, whoever's they were. Waiting alone is not activity: a waking
-            # engine queues everything until its cold start is over.
-            busy = view.running0.item(row) > 0
-            seen = (
-                view.last_traffic_at.item(row),
-                load.last_reserved_at.item(row),
-                load.last_warmed_at.item(row),
-                view.metrics_as_of.item(row) if busy else _NAN,
-            )
-            last = max((at for at in seen if at == at), default=_NAN)
-            base = -_INF if last != last else last
+        # Our last traffic, reservation or warm-up, or a scrape showing the engine running
+        # sequences then, whoever's they were. Waiting alone is not activity: a waking
+        # engine queues everything until its cold start is over.
+        busy = view.running0.item(row) > 0
+        seen = (
+            view.last_traffic_at.item(row),
+            load.last_reserved_at.item(row),
+            load.last_warmed_at.item(row),
+            view.metrics_as_of.item(row) if busy else _NAN,
+        )
+        last = max((at for at in seen if at == at), default=_NAN)
+        base = -_INF if last != last else last
         cold_after = (1.0 - ramp) * timeout
         self.idle_base[row], self.cold_after[row] = base, cold_after
         self.cold_ramp[row] = 2.0 * ramp * timeout
