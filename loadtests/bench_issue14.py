@@ -5,22 +5,24 @@ and goodput against the best baseline with the TTFT p99 lead, and the exploratio
 the explored requests past their deadline (definitions: ``loadtests/issue14_goals.py``).
 
     python -m loadtests.bench_issue14 [--scenarios 1 5] [--seeds 1]
-        [--variant NAME:key=value,...] [--markdown docs/results/issue14-goals.md] [--out DIR]
+        [--variant NAME:key=value,...] [--acceptance]
+        [--markdown docs/results/issue14-goals.md] [--out DIR]
 
 Each scenario (and seed) runs every policy on one trace, as ``meridian sim`` does, so every
 ratio is within one run; ``--variant`` adds predicted_ttft runs with policy params laid over
 the scenario's own (say ``off:interactive_decode_weight=0,others_decode_weight=0``), shown
 beside the shipped one; the goals judge the shipped configuration. ``--seeds N``: the
 scenario's own seed and N-1 more (seed + 10, + 20, ...). The simulator is deterministic per
-seed, so the numbers do not depend on how busy the machine is. The acceptance test with real
-processes (leave / return through the emulator's ``/admin/rtt``) is not a simulation: its
-command is printed with the table. Table on stdout, JSON in ``loadtests/results/``.
+seed, so the numbers do not depend on how busy the machine is. ``--acceptance`` also runs
+the acceptance test with real processes (leave / return through the emulator's
+``/admin/rtt``, ~40 s) and adds its seconds as rows; without it, its command is printed. Table on stdout, JSON in ``loadtests/results/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +45,19 @@ from loadtests.sim.summary import Summary, summarize
 from loadtests.sim.trace import build_trace
 
 ACCEPTANCE = ".venv/bin/pytest -q -s tests/acceptance/test_learning_both_ways.py"
+ACCEPTANCE_TEST = "tests/acceptance/test_learning_both_ways.py"
+
+
+def run_acceptance() -> list[goals.GoalRow]:
+    """The real-process acceptance test (emulators, gateway, probes: ~40 s), its printed
+    seconds as goal rows; a failing test is a missed row."""
+    argv = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", ACCEPTANCE_TEST]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    rows = goals.acceptance_rows(done.stdout, ACCEPTANCE)
+    if done.returncode != 0 or not rows:
+        tail = (done.stdout.strip().splitlines() or ["no output"])[-1]
+        rows.append(goals.GoalRow("acceptance test passes", "acceptance", tail, False, ACCEPTANCE))
+    return rows
 
 
 def explored_deadlines(run: PolicyRun, scenario: Scenario) -> goals.ExploredDeadlines:
@@ -103,6 +118,23 @@ def goal_rows(
     return rows
 
 
+def _cell(text: str) -> str:
+    """``text`` inside a markdown table cell (a bare ``|`` would end the cell)."""
+    return text.replace("|", "\\|")
+
+
+def reproduce(argv: list[str]) -> str:
+    """The command line without where it wrote (which says nothing of the results)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip or arg in ("--out", "--markdown"):
+            skip = not skip
+        else:
+            kept.append(arg)
+    return " ".join(["python -m loadtests.bench_issue14", *kept])
+
+
 def _markdown(rows: list[goals.GoalRow], tables: list[str], command: str) -> str:
     mark = {True: "met", False: "**missed**", None: "-"}
     lines = [
@@ -111,12 +143,14 @@ def _markdown(rows: list[goals.GoalRow], tables: list[str], command: str) -> str
         f"- code: `{source_revision()}`",
         f"- command: `{command}`",
         "- definitions: `loadtests/issue14_goals.py`; the simulator is deterministic per seed",
-        f"- with real processes (not a simulation): `{ACCEPTANCE}`",
+        f"- with real processes (rows 'acceptance', with `--acceptance`): `{ACCEPTANCE}`",
         "",
         "| goal | scenario | | measured |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {r.goal} | {r.scenario} | {mark[r.met]} | {r.measured} |" for r in rows]
+    lines += [
+        f"| {_cell(r.goal)} | {r.scenario} | {mark[r.met]} | {_cell(r.measured)} |" for r in rows
+    ]
     lines += ["", "Every policy, per scenario (`meridian sim` columns):", ""]
     lines += [f"```\n{text}\n```\n" for text in tables]
     return "\n".join(lines)
@@ -128,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1, help="seeds per scenario")
     parser.add_argument("--variant", action="append", help="NAME:key=value,... (repeatable)")
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
+    parser.add_argument(
+        "--acceptance", action="store_true", help=f"also run {ACCEPTANCE_TEST} (real processes)"
+    )
     parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
     args = parser.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant or ()]
@@ -156,13 +193,15 @@ def main(argv: list[str] | None = None) -> int:
                     "goals": [r.as_dict() for r in found],
                 }
             )
+    if args.acceptance:
+        rows += run_acceptance()
     print()
     print(goals.table(rows))
-    print(f"  {ACCEPTANCE}  (real processes: leave / return through the emulator)")
+    if not args.acceptance:
+        print(f"  {ACCEPTANCE}  (real processes, --acceptance: leave / return via the emulator)")
     write_results(args.out, "bench-issue14", {"variants": dict(variants), "runs": payload})
     if args.markdown is not None:
-        given = sys.argv[1:] if argv is None else argv
-        command = " ".join(["python -m loadtests.bench_issue14", *given])
+        command = reproduce(sys.argv[1:] if argv is None else argv)
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(_markdown(rows, tables, command))
         print(f"wrote {args.markdown}")

@@ -89,6 +89,40 @@ def path_rows(
     return rows
 
 
+def acceptance_rows(output: str, command: str) -> list[GoalRow]:
+    """The leave / return rows of the real-process acceptance test, from the tables it prints
+    (``== near: ..., probes see it`` then ``left after (s)``, ``probe interval (s)``, ``back
+    after recovery (s)``); none when it printed none (it failed before, or was not run)."""
+    rows: list[GoalRow] = []
+    for block in output.split("== ")[1:]:
+        title, _, body = block.partition("\n")
+        values: dict[str, float] = {}
+        for line in body.splitlines():
+            *name, value = line.split() or [""]
+            try:
+                values[" ".join(name)] = float(value)
+            except ValueError:
+                continue
+        left, interval = values.get("left after (s)"), values.get("probe interval (s)")
+        back = values.get("back after recovery (s)")
+        if left is None or interval is None or back is None:
+            continue
+        where = "acceptance (real processes)"
+        rows.append(
+            GoalRow(
+                f"leave within 2 probe intervals ({2 * interval:.0f} s)", where,
+                f"{title.strip()}: {left:.2f} s", left <= 2 * interval, command,
+            )
+        )  # fmt: skip
+        rows.append(
+            GoalRow(
+                f"return within {RETURN_S:.0f} s of recovery", where,
+                f"{title.strip()}: {back:.2f} s", back <= RETURN_S, command,
+            )
+        )  # fmt: skip
+    return rows
+
+
 def _ours(summaries: Sequence[Summary]) -> Summary | None:
     return next((s for s in summaries if s.policy == OURS), None)
 

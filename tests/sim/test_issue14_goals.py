@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from loadtests import issue14_goals as goals
-from loadtests.bench_issue14 import explored_deadlines
+from loadtests.bench_issue14 import explored_deadlines, reproduce
 from loadtests.sim.loop import simulate
 from loadtests.sim.path_events import PathReaction
 from loadtests.sim.scenario import ScenarioError, parse_scenario
@@ -116,3 +116,25 @@ def test_explored_requests_with_a_deadline_are_judged_by_it() -> None:
     assert found.with_deadline == found.explored
     assert found.late == int((res.ttft_ms[res.explored] > 60.0).sum())
     assert (res.ttft_ms[~np.isnan(res.ttft_ms)] > 60.0).any()  # the bound bites somewhere
+
+
+def test_the_page_names_the_command_without_where_it_wrote() -> None:
+    argv = ["--scenarios", "5", "--out", "/tmp/x", "--markdown", "page.md", "--seeds", "2"]
+    assert reproduce(argv) == "python -m loadtests.bench_issue14 --scenarios 5 --seeds 2"
+
+
+def test_the_acceptance_tests_printed_seconds_become_rows() -> None:
+    printed = (
+        ".== near: RTT 2 -> 400 -> 2 ms, probes see it\nmeasure   value\n"
+        "left after (s)                        1.330\nprobe interval (s)                    1.000\n"
+        "back after recovery (s)               3.445\n"
+        ".== near: RTT 2 -> 400 -> 2 ms, probes stay fast\nmeasure   value\n"
+        "left after (s)                        2.500\nprobe interval (s)                    1.000\n"
+        "back after recovery (s)               12.000\n== a table of something else\nx  1\n"
+    )
+    rows = goals.acceptance_rows(printed, "cmd")
+    assert [(r.goal.split()[0], r.met) for r in rows] == [
+        ("leave", True), ("return", True), ("leave", False), ("return", False),
+    ]  # fmt: skip
+    assert "probes stay fast: 2.50 s" in rows[2].measured and rows[0].command == "cmd"
+    assert goals.acceptance_rows("2 failed", "cmd") == []
