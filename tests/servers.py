@@ -39,6 +39,14 @@ def engine_admitted(backend: RunningEmulator) -> int:
     return engine_holds(backend) + stats.cancelled + stats.completed + stats.errors
 
 
+def arrivals(backend: RunningEmulator) -> Callable[[], int]:
+    """Requests that reach ``backend``'s engine from now on. Wait on this, not on
+    ``engine_holds(...) == 1``, for "my next request got there": the engine may still hold an
+    earlier request whose client already left (it notices the closed connection later)."""
+    before = engine_admitted(backend)
+    return lambda: engine_admitted(backend) - before
+
+
 # Every polling helper of the suite fails a test only after at least this long. The bound a
 # call site passes says how soon the condition holds on a quiet machine; with the machine at
 # load 8 (a suite series beside other work), 1-3 s bounds were reached by conditions that did

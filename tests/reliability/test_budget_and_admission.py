@@ -20,6 +20,7 @@ from tests.reliability.support import (
     post,
     wait_for,
 )
+from tests.servers import arrivals, settle
 
 REQUESTS = 100
 
@@ -80,8 +81,9 @@ async def test_admission_refuses_fast_with_retry_after_and_running_streams_finis
         assert reply.status == 200 and reply.done and reply.tokens == 15
     # Per tenant: over its share is the tenant's problem, a 429.
     tenant = {"X-Meridian-Tenant": "small"}
+    arrived = arrivals(backend)  # a finished stream may not have left the engine's count yet
     first = asyncio.ensure_future(post(running.url, body, headers=tenant))
-    await wait_for(lambda: engine_holds(backend) == 1, SETTLE_S)
+    await settle(lambda: arrived() == 1)
     over = await post(running.url, body, headers=tenant)
     assert over.status == 429 and over.headers["Retry-After"] == "3"
     assert orjson.loads(over.body)["error"]["code"] == "tenant_over_limit"

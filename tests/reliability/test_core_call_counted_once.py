@@ -26,7 +26,7 @@ from tests.reliability.zero_rig import (
     requests_counted,
     rig_fixture,  # noqa: F401 (the ``rig`` fixture)
 )
-from tests.servers import engine_holds, leave_once_admitted, settle
+from tests.servers import arrivals, leave_once_admitted, settle
 
 
 async def test_a_call_left_as_its_open_finished_is_released_and_counted_once(
@@ -80,8 +80,9 @@ async def test_a_client_that_leaves_before_its_first_token_is_counted_once_on_bo
     await settle(lambda: cancelled("http") == http + 1)
     target = rig.gateway.app[GRPC_SERVER].target
     async with grpc.aio.insecure_channel(target) as channel:
+        arrived = arrivals(rig.emulators["stall"])  # the HTTP one may still be held there
         call = inference_stub(channel).ChatCompletion(chat(model="m-stall", max_tokens=4))
-        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        await settle(lambda: arrived() == 1)
         call.cancel()
         await rig.back_to_zero()
     await settle(lambda: cancelled("grpc") == grpc_before + 1)

@@ -28,7 +28,7 @@ from tests.reliability.zero_rig import (
     no_invalid_transition,
     rig_fixture,  # noqa: F401 (the ``rig`` fixture)
 )
-from tests.servers import engine_holds, leave_once_admitted, settle
+from tests.servers import arrivals, engine_holds, leave_once_admitted, settle
 
 
 async def test_every_http_path_returns_every_counter_to_zero(
@@ -53,10 +53,11 @@ async def test_every_http_path_returns_every_counter_to_zero(
     await rig.back_to_zero()
     # Admission refuses a second request while one holds m-stall's only slot.
     async with aiohttp.ClientSession() as session:
+        arrived = arrivals(rig.emulators["stall"])  # an earlier stalled one may still be held
         holder = asyncio.ensure_future(
             _wait_on(session.post(url + "/v1/chat/completions", json=body_for("stall")))
         )
-        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        await settle(lambda: arrived() == 1)
         assert await http_status(url, body_for("stall")) == 503
         holder.cancel()
         assert isinstance(
@@ -102,8 +103,9 @@ async def test_every_grpc_path_returns_every_counter_to_zero(
         assert await run("refused") is grpc.StatusCode.UNAVAILABLE
         await rig.back_to_zero()
         # The client cancels while waiting for the first token, and mid-stream.
+        arrived = arrivals(rig.emulators["stall"])
         call = stub.ChatCompletion(chat(model="m-stall", max_tokens=4))
-        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        await settle(lambda: arrived() == 1)
         call.cancel()
         await rig.back_to_zero()
         call = stub.ChatCompletion(chat(model="m-slow", max_tokens=500))
@@ -111,8 +113,9 @@ async def test_every_grpc_path_returns_every_counter_to_zero(
         call.cancel()
         await rig.back_to_zero()
         # Admission refusal while one call holds m-stall's slot, then the holder leaves.
+        arrived = arrivals(rig.emulators["stall"])  # the cancelled one may still be held
         holder = stub.ChatCompletion(chat(model="m-stall", max_tokens=4))
-        await settle(lambda: engine_holds(rig.emulators["stall"]) == 1)
+        await settle(lambda: arrived() == 1)
         assert await run("stall") is grpc.StatusCode.UNAVAILABLE
         holder.cancel()
         await rig.back_to_zero()
