@@ -29,6 +29,7 @@ import numpy as np
 
 from routing.fleet_view import F64, Rows
 from routing.learned_columns import LearnedColumns
+from routing.quick_init import quick_init
 from routing.types import RequestProfile
 
 
@@ -44,6 +45,7 @@ class ExploreParams:
     recheck_s: float = 0.0  # a committed check that found nothing is not repeated for this long
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Exploration:
     position: int  # into the eligible rows

@@ -33,6 +33,7 @@ from routing.load import LoadColumns
 from routing.predictor_detail import CONFIGURED, TERMS, RowInputs
 from routing.predictor_params import PredictorParams
 from routing.predictor_rows import Evidence, RowTerms
+from routing.quick_init import quick_init
 from routing.types import LatencyClass, RequestProfile
 
 _STEP = TERMS.index("step")
@@ -44,6 +45,7 @@ __all__ = [
 ]  # fmt: skip
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, eq=False)
 class Prediction:
     """Terms of every row of the view; valid until the router's next decision."""

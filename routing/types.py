@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from routing.prefix import DEFAULT_BLOCK_TOKENS
 from routing.price import Price
+from routing.quick_init import quick_init
 
 
 class BackendKind(StrEnum):
@@ -94,6 +95,7 @@ class FleetSnapshot:
     taken_at: float = 0.0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RequestProfile:
     """What routing needs to know about one request, and nothing more (no prompt text)."""
@@ -129,6 +131,7 @@ class RequestProfile:
     api: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One eligible backend, in rank order, with its prediction broken into named terms."""
@@ -146,6 +149,7 @@ class Candidate:
     expected_cost: float | None = None  # this request's expected cost here (cost policies)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Rejection:
     backend: str
@@ -153,6 +157,7 @@ class Rejection:
     reason: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     policy: str

@@ -16,9 +16,11 @@ import numpy as np
 
 from routing.fleet_view import F64, FleetView, Mask, Rows
 from routing.load import LoadColumns
+from routing.quick_init import quick_init
 from routing.types import Rejection, RequestProfile
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class FilterContext:
     view: FleetView

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from routing.predictor_detail import TERMS, RowInputs, breakdown
+from routing.quick_init import quick_init
 from routing.types import Candidate
 
 _FIELDS = tuple(f.name for f in fields(Candidate))
@@ -34,6 +35,7 @@ class RankContext(NamedTuple):
     chosen: RowInputs  # the chosen candidate's inputs, to say which terms cost the others
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class _Details:
     terms_ms: Mapping[str, float]

@@ -11,6 +11,7 @@ from routing.fleet_view import F64, FleetView, Rows
 from routing.load import LoadColumns
 from routing.predictor import Prediction
 from routing.prefix_index import PurgeProgress
+from routing.quick_init import quick_init
 from routing.types import Candidate, Observation, RequestProfile
 
 # Adds what a policy knows beyond the prediction to its ranked candidates (positions: ``order``).
@@ -23,6 +24,7 @@ class RoutingInvariantError(RuntimeError):
     id and the door's own error (gateway/lifecycle/call.py)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ScoreContext:
     view: FleetView
@@ -33,6 +35,7 @@ class ScoreContext:
     rng: random.Random
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Scores:
     values: F64  # aligned with ``ScoreContext.rows``; lower is better
