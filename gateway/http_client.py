@@ -33,6 +33,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 _KEEPALIVE_S = 30.0
+# A response released before its end of message (an SSE stream's [DONE] read before the chunked
+# terminator that follows it) keeps its connection out of the pool this long for the rest.
+_DRAIN_S = 2.0
 
 
 class BodyReader:
@@ -126,6 +129,8 @@ class UpstreamResponse:
         self.complete = False
         self.keep_alive = False
         self.got_bytes = False  # anything came back: a failure now is not a stale connection
+        self._draining: UpstreamConnection | None = None  # released, waiting for its end
+        self._drain_timer: asyncio.TimerHandle | None = None
 
     # llhttp callbacks (httptools looks them up by name when the parser is made)
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -153,6 +158,8 @@ class UpstreamResponse:
             # asked here: once the callback returns, llhttp has reset for the next message
             self.keep_alive = self._parser.should_keep_alive()
             self.content.feed_eof()
+            if self._draining is not None:
+                self._end_drain(reusable=self.keep_alive)
 
     def feed(self, data: bytes) -> None:
         self.got_bytes = True
@@ -169,6 +176,9 @@ class UpstreamResponse:
 
     def lost(self, exc: BaseException | None) -> None:
         """The connection is gone: the end of a body read to the close, else an error."""
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+        self._draining = None
         if self.complete:
             return
         if self._head.done() and self._until_close and exc is None:
@@ -205,10 +215,27 @@ class UpstreamResponse:
         return await self.content.read()
 
     def release(self) -> None:
-        """Hand the connection back for the next request (closed unless the body ended)."""
+        """Hand the connection back for the next request once the message ended: at once, or
+        when the rest of it (a chunked terminator) comes within ``_DRAIN_S``; else closed."""
         conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self.complete:
+            conn.done(self, reusable=self.keep_alive)
+        elif self._head.done() and not self._until_close and self.content._exc is None:
+            self._draining = conn
+            loop = asyncio.get_running_loop()
+            self._drain_timer = loop.call_later(_DRAIN_S, self._end_drain, False)
+        else:
+            conn.done(self, reusable=False)
+
+    def _end_drain(self, reusable: bool) -> None:
+        conn, self._draining = self._draining, None
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
         if conn is not None:
-            conn.done(self, reusable=self.complete and self.keep_alive)
+            conn.done(self, reusable=reusable)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -229,6 +256,9 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one write, sent now
 
     def data_received(self, data: bytes) -> None:
         response = self.response

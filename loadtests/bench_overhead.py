@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from loadtests.bench.records import BenchResult, RequestRecord
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
-from loadtests.bench.workload import parse_workload
+from loadtests.bench.workload import Workload, parse_workload
+from loadtests.peer_servers import tree_cpu_s
 from loadtests.processes import emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
 
@@ -39,6 +40,9 @@ ENGINE = {
 }
 
 
+Run = tuple[BenchResult, float | None]  # a run and the gateway's CPU seconds in it
+
+
 @dataclass(frozen=True)
 class Side:
     requests: int
@@ -48,6 +52,7 @@ class Side:
     itl_p50_ms: float | None
     itl_p99_ms: float | None
     request_per_s: float
+    cpu_us_per_request: float | None = None  # the gateway's process tree (None: direct)
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,7 @@ def _workload(concurrency: int, requests: int) -> dict[str, object]:
     }
 
 
-def _side(results: list[BenchResult]) -> Side:
+def _side(results: list[BenchResult], cpu_s: float | None = None) -> Side:
     records: tuple[RequestRecord, ...] = tuple(r for result in results for r in result.records)
     merged = dataclasses.replace(
         results[0],
@@ -92,7 +97,20 @@ def _side(results: list[BenchResult]) -> Side:
         itl_p50_ms=report.itl_ms.p50,
         itl_p99_ms=report.itl_ms.p99,
         request_per_s=report.request_per_s,
+        cpu_us_per_request=None if cpu_s is None else cpu_s / max(len(records), 1) * 1e6,
     )
+
+
+async def _timed(url: str, workload: Workload, options: BenchOptions, pid: int | None) -> Run:
+    """One run, and the CPU seconds the gateway's process tree spent in it (None: direct)."""
+    before = tree_cpu_s(pid) if pid is not None else 0.0
+    result = await run_bench(url, workload, options)
+    return result, (tree_cpu_s(pid) - before if pid is not None else None)
+
+
+def _merged(runs: list[Run]) -> Side:
+    cpu = [c for _, c in runs if c is not None]
+    return _side([r for r, _ in runs], sum(cpu) if cpu else None)
 
 
 async def measure(
@@ -120,29 +138,32 @@ async def measure(
                 }
             ]
         }
-        urls = {n: (await stack.enter_async_context(gateway(config, n)))[0] for n in counts}
-        src_urls = {
-            name: (await stack.enter_async_context(gateway(config, 1, _env(src))))[0]
+        gateways = {n: await stack.enter_async_context(gateway(config, n)) for n in counts}
+        src_gateways = {
+            name: await stack.enter_async_context(gateway(config, 1, _env(src)))
             for name, src in sources.items()
         }
+        urls = {n: url for n, (url, _) in gateways.items()}
+        src_urls = {name: url for name, (url, _) in src_gateways.items()}
+        pids = {url: pid for url, pid in [*gateways.values(), *src_gateways.values()]}
         for concurrency in concurrencies:
             workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
             options = BenchOptions(max_connections=concurrency)
             for url in [*urls.values(), *src_urls.values()]:
                 await run_bench(url, workload, options)  # warm every pool
-            direct: list[BenchResult] = []
-            through: dict[int, list[BenchResult]] = {n: [] for n in counts}
-            others: dict[str, list[BenchResult]] = {name: [] for name in src_urls}
-            runs: list[tuple[str, list[BenchResult]]] = [(backend_url, direct)]
+            direct: list[Run] = []
+            through: dict[int, list[Run]] = {n: [] for n in counts}
+            others: dict[str, list[Run]] = {name: [] for name in src_urls}
+            runs: list[tuple[str, list[Run]]] = [(backend_url, direct)]
             runs += [(url, through[n]) for n, url in urls.items()]
             runs += [(url, others[name]) for name, url in src_urls.items()]
             for turn in range(rounds):
                 # Each round starts one side later: no side always runs first (or last).
                 for url, results in runs[turn % len(runs) :] + runs[: turn % len(runs)]:
-                    results.append(await run_bench(url, workload, options))
-            sides = {n: _side(results) for n, results in through.items()}
-            by_src = {name: _side(results) for name, results in others.items()}
-            levels.append(Level(concurrency, _side(direct), sides[counts[0]], sides, by_src))
+                    results.append(await _timed(url, workload, options, pids.get(url)))
+            sides = {n: _merged(results) for n, results in through.items()}
+            by_src = {name: _merged(results) for name, results in others.items()}
+            levels.append(Level(concurrency, _merged(direct), sides[counts[0]], sides, by_src))
     return levels
 
 
@@ -154,7 +175,7 @@ def _env(src: str) -> dict[str, str]:
 def format_table(levels: list[Level]) -> str:
     header = (
         f"{'conc':>5} {'side':>10} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
-        f"{'ITL p50':>8} {'ITL p99':>8} {'req/s':>8}"
+        f"{'ITL p50':>8} {'ITL p99':>8} {'req/s':>8} {'cpu us/req':>10}"
     )
     lines = [header, "-" * len(header)]
     for level in levels:
@@ -166,7 +187,8 @@ def format_table(levels: list[Level]) -> str:
             lines.append(
                 f"{level.concurrency:>5} {label:>10} {side.requests:>6} {side.errors:>4} "
                 f"{fmt(side.ttft_p50_ms):>9} {fmt(side.ttft_p99_ms):>9} "
-                f"{fmt(side.itl_p50_ms):>8} {fmt(side.itl_p99_ms):>8} {side.request_per_s:>8.1f}"
+                f"{fmt(side.itl_p50_ms):>8} {fmt(side.itl_p99_ms):>8} {side.request_per_s:>8.1f} "
+                f"{fmt(side.cpu_us_per_request, 0):>10}"
             )
         for label, side in sides.items():
             lines.append(
@@ -177,7 +199,10 @@ def format_table(levels: list[Level]) -> str:
                 f"{fmt(level.added('itl_p99_ms', side)):>8} "
                 f"{fmt(side.request_per_s / level.direct.request_per_s, 3):>8}x"
             )
-    lines.append("(all times ms; '+' rows = gateway - direct; last column = gateway/direct req/s)")
+    lines.append(
+        "(all times ms; '+' rows = gateway - direct; last column = gateway/direct req/s; "
+        "cpu = the gateway's process tree per request)"
+    )
     return "\n".join(lines)
 
 

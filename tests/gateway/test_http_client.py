@@ -8,6 +8,7 @@ Every wait is for an event (bytes, a connection, a pause); none depends on the m
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -264,3 +265,45 @@ def test_a_header_value_with_a_line_break_is_refused() -> None:
     for bad in ("a\r\nX-Injected: 1", "a\nb", "a\x00"):
         with pytest.raises(ValueError):
             header_block({"X-A": bad})
+
+
+async def test_a_response_released_before_its_terminator_goes_back_once_it_comes(
+    serve: Serve,
+) -> None:
+    """An SSE stream ends at [DONE]; the chunked terminator may follow in a later packet."""
+    go = asyncio.Event()
+
+    async def script(
+        server: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            await server.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nDONE!\r\n")
+            await writer.drain()
+            await go.wait()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    scripted, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)  # one connection: the next request waits for it
+    first, _ = await send(pool)
+    assert await first.content.readany() == b"DONE!" and not first.complete
+    first.release()
+    waiting = asyncio.ensure_future(send(pool))
+    go.set()
+    second, reused = await waiting
+    assert reused and scripted.connections == 1
+    second.close()
+    pool.close()
+
+
+async def test_connections_send_without_delay(serve: Serve) -> None:
+    _, url = await serve(keep_alive(lambda n: b"HTTP/1.1 204 No Content\r\n\r\n"))
+    pool = ConnectionPool(url, 1, True)
+    response, _ = await send(pool)
+    conn = response.connection
+    assert conn is not None and conn.transport is not None
+    sock = conn.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    response.close()
+    pool.close()
