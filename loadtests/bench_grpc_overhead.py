@@ -17,7 +17,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -27,6 +27,7 @@ import orjson
 from gateway.grpc.client import inference_stub
 from gateway.sse import SseSplitter
 from loadtests.bench.stats import percentile
+from loadtests.peer_servers import tree_cpu_s
 from loadtests.processes import emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
 from proto.meridian.v1 import inference_pb2 as pb
@@ -53,6 +54,8 @@ class Side:
     errors: int
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
+    gateway_cpu_us: float | None = None  # the gateway's CPU per request (None: direct)
+    client_cpu_us: float | None = None  # this load generator's CPU per request
 
 
 def _side(ttfts: list[float], errors: int) -> Side:
@@ -126,6 +129,17 @@ def grpc_measure(stub: Any) -> Measure:
 class Samples:
     ttfts: list[float]
     errors: int = 0
+    gateway_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+
+    def side(self, through_gateway: bool) -> Side:
+        n = max(len(self.ttfts) + self.errors, 1)
+        gateway_cpu = self.gateway_cpu_s / n * 1e6 if through_gateway else None
+        return replace(
+            _side(self.ttfts, self.errors),
+            gateway_cpu_us=gateway_cpu,
+            client_cpu_us=self.client_cpu_s / n * 1e6,
+        )
 
 
 async def run_closed_loop(measure: Measure, requests: int, concurrency: int) -> Samples:
@@ -165,7 +179,7 @@ async def measure(
             "backends": [{**backend, "max_connections": 4096}],
         }
         async with (
-            gateway(config) as (gateway_url, _),
+            gateway(config) as (gateway_url, gateway_pid),
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
             grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
         ):
@@ -180,11 +194,14 @@ async def measure(
                 pooled = {side: Samples([]) for side in SIDES}
                 for _ in range(rounds):
                     for side in SIDES:
+                        gateway_cpu, client_cpu = tree_cpu_s(gateway_pid), time.process_time()
                         result = await run_closed_loop(measures[side], requests, concurrency)
                         pooled[side].ttfts.extend(result.ttfts)
                         pooled[side].errors += result.errors
+                        pooled[side].gateway_cpu_s += tree_cpu_s(gateway_pid) - gateway_cpu
+                        pooled[side].client_cpu_s += time.process_time() - client_cpu
                 levels[concurrency] = {
-                    side: _side(samples.ttfts, samples.errors) for side, samples in pooled.items()
+                    side: samples.side(side != "direct_http") for side, samples in pooled.items()
                 }
     return levels
 
@@ -197,7 +214,7 @@ def _added(level: dict[str, Side], side: str, field: str) -> float | None:
 def format_table(levels: dict[int, dict[str, Side]]) -> str:
     header = (
         f"{'conc':>5} {'side':>13} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
-        f"{'+p50':>7} {'+p99':>7} {'p50 ratio':>9}"
+        f"{'+p50':>7} {'+p99':>7} {'p50 ratio':>9} {'gw cpu/req':>10} {'client cpu/req':>14}"
     )
     lines = [header, "-" * len(header)]
     for concurrency, level in levels.items():
@@ -209,9 +226,13 @@ def format_table(levels: dict[int, dict[str, Side]]) -> str:
                 f"{concurrency:>5} {side:>13} {s.requests:>6} {s.errors:>4} "
                 f"{fmt(s.ttft_p50_ms):>9} {fmt(s.ttft_p99_ms):>9} "
                 f"{fmt(_added(level, side, 'ttft_p50_ms')):>7} "
-                f"{fmt(_added(level, side, 'ttft_p99_ms')):>7} {fmt(ratio, 3):>9}"
+                f"{fmt(_added(level, side, 'ttft_p99_ms')):>7} {fmt(ratio, 3):>9} "
+                f"{fmt(s.gateway_cpu_us, 0):>10} {fmt(s.client_cpu_us, 0):>14}"
             )
-    lines.append("(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50)")
+    lines.append(
+        "(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50; cpu in us: "
+        "the gateway's process tree and this load generator, per request)"
+    )
     return "\n".join(lines)
 
 
