@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping
@@ -22,7 +23,11 @@ async def _process(
     argv: list[str], env: Mapping[str, str] | None = None
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+        cwd=_checkout(env),
     )
     try:
         yield process
@@ -34,6 +39,14 @@ async def _process(
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+def _checkout(env: Mapping[str, str] | None) -> str | None:
+    """Where a ``python -m`` child must start for ``env``'s ``PYTHONPATH`` to decide whose code
+    it runs: ``-m`` puts the working directory first on ``sys.path``, so started from this
+    checkout it would import this checkout's packages whatever ``PYTHONPATH`` says."""
+    path = (env or {}).get("PYTHONPATH")
+    return path.split(os.pathsep)[0] if path else None
 
 
 async def _readline(process: asyncio.subprocess.Process) -> bytes:
