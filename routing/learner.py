@@ -254,6 +254,7 @@ class OnlineLearner:
         # what queue + prefill + step took.
         residual = variable - queue - prefill - step
         warm = fixed + queue + prefill + step
+        self._settle_step(est, step, terms)
         if own and self._stepped(est, obs, residual, warm, terms):
             self._stepped_now = True
             return  # a step of the offset (or a candidate one): no rate's to learn
@@ -288,6 +289,26 @@ class OnlineLearner:
         # No variable term dominates, or the one that does would have taken an implausible
         # time, and no queue can explain it: an offset (RTT, overhead, a hop) was wrong.
         self._learn_offset(est, residual, terms)
+
+    def _settle_step(
+        self, est: BackendEstimate, step_ms: float, terms: Mapping[str, float]
+    ) -> None:
+        """When the step scale and the offset lean opposite ways (a faster step and a positive
+        offset, or the reverse), move a share (``step_pull``) of the step scale's log distance
+        to its prior into the offset, at this sample's step, so its prediction does not change,
+        and at most until the offset is back at zero. The engine step is nearly constant on a
+        backend (its batch moves slowly), so a slower step and an offset look alike to most
+        samples, and blaming each sample on one term let the two walk apart in compensating
+        directions (scenario 2: offsets -9 to +62 ms against step scales 2.8 to 0.25; requests
+        of other sizes, and the queue model, which counts steps, paid for it). A step that is
+        really slower, with no offset against it, is left alone."""
+        scale, bias = est.step_scale, est.bias_ms
+        if step_ms < self.params.min_term_ms or (scale - 1.0) * bias >= 0.0:
+            return
+        configured = step_ms / scale
+        moved = configured * (scale - scale ** (1.0 - self.params.step_pull))
+        moved = max(moved, -bias) if bias > 0.0 else min(moved, -bias)
+        est.step_scale, est.bias_ms = scale - moved / configured, bias + moved
 
     def _queue_explains(self, est: BackendEstimate, queue_ms: float, residual_ms: float) -> bool:
         """A residual on a request that queued (behind the engine's queue or our own

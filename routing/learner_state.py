@@ -23,6 +23,9 @@ class LearnerParams:
     # skewed (a request can land behind a long step, never before the one in progress), and a
     # clipped update tracks their median, which is what a point prediction should hit.
     max_log_step: float = 0.5
+    # Each sample moves this share of the step scale's log distance to 1 into the offset, at
+    # the sample's step (``OnlineLearner._settle_step``): the two are near-collinear.
+    step_pull: float = 0.05
     max_bias_ms: float = 1000.0  # beyond this an offset is an outage, not a correction
     # A dominant prefill that took this many times longer than predicted is not a slower GPU
     # but an offset that moved (an RTT jump, a stalled hop): blamed on bias, not on the rate.
