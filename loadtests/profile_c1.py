@@ -61,11 +61,19 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway/doors/sse_door.py:_summary_json",
             "aiohttp/streams.py",
             "aiohttp/client_proto.py",
+            "gateway/http_client.py:data_received",
+            "gateway/http_client.py:readany",
         ),
     ),
     (
         "upstream request",
-        ("gateway/attempt.py", "gateway/upstream.py", "aiohttp/client", "aiohttp/connector.py"),
+        (
+            "gateway/attempt.py",
+            "gateway/upstream.py",
+            "gateway/http_client.py",
+            "aiohttp/client",
+            "aiohttp/connector.py",
+        ),
     ),
     (
         "accept + parse",
@@ -115,7 +123,7 @@ def classify(stack: str) -> str | None:
 
 
 # Innermost frames that are a socket write: the time below them is the send() system call.
-WRITE_LEAVES = ("StreamWriter._writelines", "StreamWriter._write")
+WRITE_LEAVES = ("StreamWriter._writelines", "StreamWriter._write", "UpstreamConnection.send")
 
 
 def tally(raw: str) -> tuple[Counter[str], Counter[str]]:
