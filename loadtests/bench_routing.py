@@ -11,7 +11,7 @@ ratios are against round-robin's cost for the same work, so the table survives a
 
     .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--backends 100 1000]
         [--policies predicted_ttft predicted_ttft:generic round_robin] [--out loadtests/results]
-        [--src before=DIR ... --rounds 3] [--cold-mb 32] [--idle-ms 20]
+        [--src before=DIR ... --rounds 3] [--cold-mb 32] [--idle-ms 20] [--scalar-max N]
 
 ``POLICY:generic`` times the same policy forced through the generic pipeline
 (``PipelineRouter._decide``), so a fused path is measured against it in the same run. ``cpu``
@@ -22,6 +22,8 @@ machine kept the process waiting).
 starts with cold data caches; ``--idle-ms N`` sleeps N ms between them, as a gateway at
 concurrency 1 idles between requests: on this VM the next decision then costs ~5x the hot one
 (every distinct code path, numpy's ufunc dispatch above all, starts cold).
+``--scalar-max N`` moves the fleet size up to which ``predicted_ttft`` takes its scalar
+(pure-Python) path (0: never; the router's default otherwise), to find where it stops paying.
 ``--src NAME=DIR`` times another checkout's ``routing/`` (e.g. ``git archive main`` unpacked
 in DIR) with this benchmark, as a side of the same run: each round runs every side once, in
 turn, in its own process, and the table gives each side's median over the rounds and its CPU
@@ -181,6 +183,7 @@ def _case(
     churn: bool,
     cold_mb: int = 0,
     idle_ms: float = 0.0,
+    scalar_max: int | None = None,
 ) -> dict[str, float]:
     rng = random.Random(seed)
     fleet = _fleet(rng, size)
@@ -191,6 +194,8 @@ def _case(
         else {}
     )
     router = build_router(policy.removesuffix(GENERIC), params, seed)
+    if scalar_max is not None and hasattr(router, "scalar_max"):  # an older checkout: none
+        router.scalar_max = scalar_max
     _warm(router, fleet, systems, rng, block_tokens)
     decide = router.decide
     if policy.endswith(GENERIC):  # the same router, always through the generic pipeline
@@ -253,7 +258,7 @@ def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
             for churn in (False, True):
                 for policy in policies:
                     timing = _case(policy, block_tokens, args.iterations, args.seed, size, churn,
-                                   args.cold_mb, args.idle_ms)  # fmt: skip
+                                   args.cold_mb, args.idle_ms, args.scalar_max)  # fmt: skip
                     rows.append({"case": policy, "backends": size,
                                  "snapshots": "churn" if churn else "same",
                                  "block_tokens": block_tokens, **timing})  # fmt: skip
@@ -325,11 +330,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="stream through this much memory between decisions (cold caches)")  # fmt: skip
     parser.add_argument("--idle-ms", type=float, default=0.0,
                         help="sleep this long between decisions (a c=1 gateway's idle gaps)")  # fmt: skip
+    parser.add_argument("--scalar-max", type=int, default=None,
+                        help="predicted_ttft's scalar path up to this many backends (0: never)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.src:
         same = ["--iterations", str(args.iterations), "--seed", str(args.seed)]
         same += ["--backends", *map(str, args.backends), "--policies", *args.policies]
         same += ["--cold-mb", str(args.cold_mb), "--idle-ms", str(args.idle_ms)]
+        if args.scalar_max is not None:
+            same += ["--scalar-max", str(args.scalar_max)]
         return _compare(args, [*same, "--block-tokens", *map(str, args.block_tokens)])
     rows = _rows(args)
     if args.child:
