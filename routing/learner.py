@@ -13,6 +13,10 @@ own reservations ahead that really shared a step, a scraped queue long drained) 
 model's, and blamed on the offset they drove it to its floor while the rates drifted the other
 way to compensate (issue 14, scenario 3). Ranking still counts our own reservations in full
 (``RowTerms.hedge``): the learned scale corrects the predicted TTFT, not the spreading.
+The engine step and the offset are near-collinear (a backend's step hardly varies), so when
+the step scale and the offset lean opposite ways a share of the step's deviation moves into
+the offset, prediction unchanged (``_settle_step``); else the two walk apart for ever.
+Measured: ``python -m loadtests.bench_calibration`` (docs/results/calibration.md).
 Rates and scales move multiplicatively by a clipped step (``max_log_step``) so one outlier (a
 GC pause, a retry) cannot swing the model, and they settle on the median of their samples.
 Every correction decays toward configuration when no sample refreshes it
