@@ -278,9 +278,13 @@ class UpstreamConnection(asyncio.Protocol):
         self._pool.forget(self)
 
     def send(self, request: bytes, limit: int) -> UpstreamResponse:
-        if self.transport is None or self.closed:
-            raise aiohttp.ServerDisconnectedError()
-        response = self.response = UpstreamResponse(self, limit)
+        """Write ``request``; the response's head is awaited by the caller. On a connection
+        that closed since it was pooled, the head fails as a disconnect (a stale retry)."""
+        response = UpstreamResponse(self, limit)
+        if self.transport is None or self.closed or self.transport.is_closing():
+            response.lost(None)
+            return response
+        self.response = response
         self.transport.write(request)
         return response
 

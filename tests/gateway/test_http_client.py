@@ -15,7 +15,9 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from gateway.config import BackendConfig, TimeoutsConfig
 from gateway.http_client import ConnectionPool, UpstreamResponse, header_block
+from gateway.upstream import ConnectionTiming, UpstreamClient
 
 Script = Callable[["Scripted", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 Serve = Callable[[Script], Awaitable[tuple["Scripted", URL]]]
@@ -307,3 +309,36 @@ async def test_connections_send_without_delay(serve: Serve) -> None:
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     response.close()
     pool.close()
+
+
+async def test_a_pooled_connection_closing_as_it_is_taken_is_retried_on_a_fresh_one(
+    serve: Serve,
+) -> None:
+    """The stale retry also covers a connection whose close the loop has not delivered yet."""
+    scripted, url = await serve(
+        keep_alive(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d" % n)
+    )
+    client = UpstreamClient(
+        BackendConfig.model_validate(
+            {"name": "b", "region": "r", "url": f"{url}/v1", "models": ["m"]}
+        ),
+        TimeoutsConfig(),
+    )
+    try:
+        first = await client.post("/v1/x", b"{}", {}, ConnectionTiming())
+        assert await first.read() == b"1"
+        first.release()
+        pool = client._pool
+        assert pool is not None and len(pool._idle) == 1
+        idle = pool._idle[-1].transport
+        assert idle is not None
+        idle.close()  # closing, connection_lost not yet run
+        timing = ConnectionTiming()
+        second = await client.post("/v1/x", b"{}", {"X-Request-Id": "r2"}, timing)
+        assert await second.read() == b"2" and timing.reused is False
+        second.release()
+    finally:
+        await client.close()
+    assert scripted.connections == 2 and len(scripted.requests) == 2
+    assert scripted.requests[1].startswith(b"POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"\r\nX-Request-Id: r2\r\nContent-Length: 2\r\n\r\n{}" in scripted.requests[1]
