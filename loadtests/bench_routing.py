@@ -11,7 +11,8 @@ ratios are against round-robin's cost for the same work, so the table survives a
 
     .venv/bin/python -m loadtests.bench_routing [--iterations 3000] [--backends 100 1000]
         [--policies predicted_ttft predicted_ttft:generic round_robin] [--out loadtests/results]
-        [--src before=DIR ... --rounds 3] [--cold-mb 32] [--idle-ms 20] [--scalar-max N]
+        [--src before=DIR ... --rounds 3] [--cold-mb 32] [--idle-ms 20] [--advance-ms 100]
+        [--scalar-max N]
 
 ``POLICY:generic`` times the same policy forced through the generic pipeline
 (``PipelineRouter._decide``), so a fused path is measured against it in the same run. ``cpu``
@@ -22,6 +23,9 @@ machine kept the process waiting).
 starts with cold data caches; ``--idle-ms N`` sleeps N ms between them, as a gateway at
 concurrency 1 idles between requests: on this VM the next decision then costs ~5x the hot one
 (every distinct code path, numpy's ufunc dispatch above all, starts cold).
+``--advance-ms N`` moves the decisions' clock N ms per decision (it is one fixed time
+otherwise): what runs on a timer then runs as in a gateway, the exploration check above all
+(every ``explore_recheck_s``, on most decisions at c=1; with a fixed clock it runs once).
 ``--scalar-max N`` moves the fleet size up to which ``predicted_ttft`` takes its scalar
 (pure-Python) path (0: never; the router's default otherwise), to find where it stops paying.
 ``--src NAME=DIR`` times another checkout's ``routing/`` (e.g. ``git archive main`` unpacked
@@ -184,6 +188,7 @@ def _case(
     cold_mb: int = 0,
     idle_ms: float = 0.0,
     scalar_max: int | None = None,
+    advance_ms: float = 0.0,
 ) -> dict[str, float]:
     rng = random.Random(seed)
     fleet = _fleet(rng, size)
@@ -204,9 +209,11 @@ def _case(
     snapshots = _Churn(fleet)
     evict = _evictor(cold_mb, idle_ms)
 
+    clock = [NOW]  # the decisions' clock: fixed, or moving ``advance_ms`` per decision
+
     def run() -> Any:
         profile = profile_from_chat(body, "tenant-a", block_tokens=block_tokens)
-        decision = decide(profile, snapshots.fleet, NOW)
+        decision = decide(profile, snapshots.fleet, clock[0])
         chosen = decision.chosen
         if chosen is not None:  # what the gateway reads: terms to learn from, p90 to hedge
             _ = (chosen.terms_ms, chosen.predicted_ttft_p90_ms)
@@ -217,6 +224,7 @@ def _case(
             router.release(decision.chosen.backend)
         if churn:  # the gateway builds snapshots off the decision's clock too
             snapshots.advance()
+        clock[0] += advance_ms / 1000.0
         evict()
 
     _time(run, after, 200 if idle_ms <= 0 else 20)
@@ -258,7 +266,8 @@ def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
             for churn in (False, True):
                 for policy in policies:
                     timing = _case(policy, block_tokens, args.iterations, args.seed, size, churn,
-                                   args.cold_mb, args.idle_ms, args.scalar_max)  # fmt: skip
+                                   args.cold_mb, args.idle_ms, args.scalar_max,
+                                   args.advance_ms)  # fmt: skip
                     rows.append({"case": policy, "backends": size,
                                  "snapshots": "churn" if churn else "same",
                                  "block_tokens": block_tokens, **timing})  # fmt: skip
@@ -330,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="stream through this much memory between decisions (cold caches)")  # fmt: skip
     parser.add_argument("--idle-ms", type=float, default=0.0,
                         help="sleep this long between decisions (a c=1 gateway's idle gaps)")  # fmt: skip
+    parser.add_argument("--advance-ms", type=float, default=0.0,
+                        help="move the decisions' clock this much per decision (0: one time)")  # fmt: skip
     parser.add_argument("--scalar-max", type=int, default=None,
                         help="predicted_ttft's scalar path up to this many backends (0: never)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -337,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         same = ["--iterations", str(args.iterations), "--seed", str(args.seed)]
         same += ["--backends", *map(str, args.backends), "--policies", *args.policies]
         same += ["--cold-mb", str(args.cold_mb), "--idle-ms", str(args.idle_ms)]
+        same += ["--advance-ms", str(args.advance_ms)]
         if args.scalar_max is not None:
             same += ["--scalar-max", str(args.scalar_max)]
         return _compare(args, [*same, "--block-tokens", *map(str, args.block_tokens)])

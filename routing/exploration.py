@@ -83,27 +83,32 @@ class Explorer:
         p = self.params
         if not self._checks(len(rows), now):
             return None
-        age = now - learned.learned_at[rows]  # NaN: never observed, nothing to doubt
-        stale = np.flatnonzero(age >= p.after_s)
-        if len(stale) == 0:
+        # Over every eligible row, not the stale ones' subset (fewer numpy calls: at c=1,
+        # where this runs on most decisions, each costs 5-30 us); all eligible: no gather.
+        learned_at, bias = learned.learned_at, learned.bias_ms
+        everyone = len(rows) == len(learned_at)
+        age = now - (learned_at if everyone else learned_at[rows])  # NaN: never observed
+        stale = age >= p.after_s
+        if not stale.any():
             return None
-        offset = np.maximum(learned.bias_ms[rows[stale]], 0.0)
-        doubted = offset * np.minimum(age[stale] / p.horizon_s, 1.0)
-        optimistic = scores[stale] - doubted
         best = float(scores.min())
         bound = best + max(p.within_ms, p.within_rel * abs(best))
-        fits = (optimistic <= bound) & (scores[stale] > best)
+        doubted = np.maximum(bias if everyone else bias[rows], 0.0)
+        doubted *= np.minimum(age / p.horizon_s, 1.0)
+        fits = scores - doubted <= bound
+        fits &= stale
+        fits &= scores > best
         if profile.deadline_s is not None:
             room_ms = 1000.0 * profile.deadline_s * p.deadline_share
-            fits &= ttft_ms[rows[stale]] <= room_ms
+            fits &= (ttft_ms if everyone else ttft_ms[rows]) <= room_ms
         if not fits.any():
             return None
         # The oldest evidence first: it is the one least known.
         self._found_nothing_at = None
-        pick = int(np.flatnonzero(fits)[np.argmax(age[stale][fits])])
-        position = int(stale[pick])
+        positions = fits.nonzero()[0]
+        position = int(positions[np.argmax(age[positions])])
         return Exploration(
-            position, int(rows[position]), float(age[position]), float(doubted[pick])
+            position, int(rows[position]), float(age[position]), float(doubted[position])
         )
 
     def candidate_rows(
