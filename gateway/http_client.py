@@ -7,7 +7,8 @@ The relay needs much less: a POST with a fixed header block to one origin, keep-
 connections, chunked or content-length bodies, TLS. Here a request is the client's pre-built
 header block, the per-request headers and the body joined into one ``transport.write``; the
 response is parsed by ``httptools`` (llhttp, the parser of Node.js and uvicorn) straight into a
-:class:`BodyReader` with the ``readany``/``read``/``set_exception`` surface the relay reads.
+``gateway.upstream_body.BodyReader`` with the ``readany``/``read``/``set_exception`` surface
+the relay reads. A head longer than :data:`MAX_HEAD_BYTES` is refused as malformed.
 
 Back-pressure as aiohttp's: the socket stops being read while more than twice ``read_bufsize``
 bytes wait unread. Errors are aiohttp's types (the relay and ``gateway/scrub.py`` classify them):
@@ -32,85 +33,17 @@ from aiohttp.abc import AbstractResolver
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from gateway.upstream_body import BodyReader
+
 _KEEPALIVE_S = 30.0
+# A response head (status line and headers) longer than this is refused as malformed: llhttp
+# sets no bound of its own and httptools joins a header's parts in memory until it ends, so
+# a broken or hostile backend could otherwise grow the gateway's memory without end. aiohttp's
+# client allowed 8 KiB a line; vLLM/SGLang heads are well under 1 KiB.
+MAX_HEAD_BYTES = 64 * 1024
 # A response released before its end of message (an SSE stream's [DONE] read before the chunked
 # terminator that follows it) keeps its connection out of the pool this long for the rest.
 _DRAIN_S = 2.0
-
-
-class BodyReader:
-    """A response body as it arrives: what the relay reads and what aborts it from outside."""
-
-    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_high", "_size", "_waiter", "total_bytes")
-
-    def __init__(self, conn: UpstreamConnection, limit: int) -> None:
-        self._chunks: list[bytes] = []
-        self._size = 0
-        self.total_bytes = 0  # every body byte fed so far
-        self._eof = False
-        self._exc: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._conn = conn
-        self._high = 2 * limit
-
-    def feed(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._size += len(data)
-        self.total_bytes += len(data)
-        self._wake()
-        if self._size > self._high:
-            self._conn.pause()
-
-    def feed_eof(self) -> None:
-        self._eof = True
-        self._wake()
-
-    def set_exception(self, exc: BaseException) -> None:
-        """Every read from now on raises ``exc`` (a waiting one wakes with it)."""
-        self._exc = exc
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def _wait(self) -> None:
-        while not self._chunks and not self._eof and self._exc is None:
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-
-    async def readany(self) -> bytes:
-        """What has arrived (waiting for something), b"" at the end of the body."""
-        await self._wait()
-        if self._exc is not None:
-            raise self._exc
-        chunks = self._chunks
-        if not chunks:
-            return b""
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._size = 0
-        self._conn.resume()
-        return data
-
-    async def read(self, limit: int = -1) -> bytes:
-        """The body up to its end, or its first ``limit`` bytes when it is longer."""
-        parts: list[bytes] = []
-        size = 0
-        while limit < 0 or size < limit:
-            data = await self.readany()
-            if not data:
-                break
-            parts.append(data)
-            size += len(data)
-        body = b"".join(parts)
-        return body if limit < 0 else body[:limit]
 
 
 class UpstreamResponse:
@@ -123,6 +56,7 @@ class UpstreamResponse:
         self._raw_headers: list[tuple[str, str]] = []
         self._head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._until_close = False  # no length, not chunked: the body ends with the connection
+        self._head_bytes = 0  # bytes fed while the head was still incomplete
         self.status = 0
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
         self.content = BodyReader(conn, limit)
@@ -166,13 +100,21 @@ class UpstreamResponse:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            error = aiohttp.ClientResponseError(
-                aiohttp.RequestInfo(URL(), "POST", CIMultiDictProxy(CIMultiDict())),
-                (),
-                message=f"malformed upstream response: {type(exc).__name__}",
-            )
-            self._fail(error)
-            self.close()
+            self._malformed(type(exc).__name__)
+            return
+        if not self._head.done():  # checked after feeding: one read may hold head and body
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._malformed(f"response head over {MAX_HEAD_BYTES} bytes")
+
+    def _malformed(self, why: str) -> None:
+        error = aiohttp.ClientResponseError(
+            aiohttp.RequestInfo(URL(), "POST", CIMultiDictProxy(CIMultiDict())),
+            (),
+            message=f"malformed upstream response: {why}",
+        )
+        self._fail(error)
+        self.close()
 
     def lost(self, exc: BaseException | None) -> None:
         """The connection is gone: the end of a body read to the close, else an error."""

@@ -16,7 +16,7 @@ import pytest
 from yarl import URL
 
 from gateway.config import BackendConfig, TimeoutsConfig
-from gateway.http_client import ConnectionPool, UpstreamResponse, header_block
+from gateway.http_client import MAX_HEAD_BYTES, ConnectionPool, UpstreamResponse, header_block
 from gateway.upstream import ConnectionTiming, UpstreamClient
 
 Script = Callable[["Scripted", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -192,6 +192,52 @@ async def test_bytes_that_are_not_http_are_a_response_error(serve: Serve) -> Non
     response, reused = await send(pool)  # the broken connection was not kept
     assert scripted.connections == 2 and reused is False and response.status == 200
     response.close()
+    pool.close()
+
+
+async def test_a_head_that_never_ends_is_refused_at_its_bound(serve: Serve) -> None:
+    """A backend streaming one endless header: refused once the head passes MAX_HEAD_BYTES,
+    not held in memory while it grows; the connection is closed, not pooled."""
+    sent: list[int] = []
+
+    async def script(
+        server: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await server.read_request(reader)
+        if server.connections > 1:  # the second connection is answered properly
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            await reader.read()
+            return
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+        while True:  # until the client hangs up (a ConnectionError ends the script)
+            writer.write(b"a" * 4096)
+            sent.append(4096)
+            await writer.drain()
+            if reader.at_eof():
+                return
+            await asyncio.sleep(0)
+
+    scripted, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    with pytest.raises(aiohttp.ClientResponseError, match="response head over"):
+        await send(pool)
+    assert sum(sent) > MAX_HEAD_BYTES
+    response, reused = await send(pool, limit=2**16)  # a fresh connection, not the broken one
+    response.close()
+    pool.close()
+    assert scripted.connections == 2 and reused is False
+
+
+async def test_a_large_body_read_with_the_head_is_not_taken_for_a_large_head(
+    serve: Serve,
+) -> None:
+    body = b"x" * (2 * MAX_HEAD_BYTES)
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    _, url = await serve(keep_alive(lambda _: answer))
+    pool = ConnectionPool(url, 1, True)
+    response, _ = await send(pool, limit=4 * MAX_HEAD_BYTES)
+    assert response.status == 200 and await response.read() == body
+    response.release()
     pool.close()
 
 

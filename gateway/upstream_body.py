@@ -1,0 +1,94 @@
+"""An upstream response body as it arrives (the lean client's, ``gateway/http_client.py``):
+what the relay reads (``readany``/``read``) and what aborts it from outside (``set_exception``).
+
+Back-pressure as aiohttp's ``StreamReader``: past twice the reader's limit of unread bytes the
+connection stops being read, and it is read again once the relay has taken what waited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+
+class Pausable(Protocol):
+    """The connection under a body: told to stop and start reading its socket."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class BodyReader:
+    """A response body as it arrives: what the relay reads and what aborts it from outside."""
+
+    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_high", "_size", "_waiter", "total_bytes")
+
+    def __init__(self, conn: Pausable, limit: int) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self.total_bytes = 0  # every body byte fed so far
+        self._eof = False
+        self._exc: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._conn = conn
+        self._high = 2 * limit
+
+    def feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._size += len(data)
+        self.total_bytes += len(data)
+        self._wake()
+        if self._size > self._high:
+            self._conn.pause()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def set_exception(self, exc: BaseException) -> None:
+        """Every read from now on raises ``exc`` (a waiting one wakes with it)."""
+        self._exc = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        while not self._chunks and not self._eof and self._exc is None:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    async def readany(self) -> bytes:
+        """What has arrived (waiting for something), b"" at the end of the body."""
+        await self._wait()
+        if self._exc is not None:
+            raise self._exc
+        chunks = self._chunks
+        if not chunks:
+            return b""
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        self._conn.resume()
+        return data
+
+    async def read(self, limit: int = -1) -> bytes:
+        """The body up to its end, or its first ``limit`` bytes when it is longer."""
+        parts: list[bytes] = []
+        size = 0
+        while limit < 0 or size < limit:
+            data = await self.readany()
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        body = b"".join(parts)
+        return body if limit < 0 else body[:limit]
