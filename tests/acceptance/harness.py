@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 import yaml
 
+from gateway.chain.hop_timing import TIMING_COMMENT
 from gateway.timing import parse
 from loadtests.emulator.fleet import FleetError, load_fleet
 from tests.servers import hang_bound
@@ -229,6 +230,9 @@ class Served:
     client_ttft_ms: float | None
     cached_tokens: int | None
     sent_at: float  # monotonic
+    # The backend's own account (the gateway's end-of-stream summary, ``upstream_timing``),
+    # entry name without the hop label -> ms: an emulator's engine phases and ``emit_lag``.
+    backend_timing: dict[str, float] = field(default_factory=dict)
 
     @property
     def upstream_ttfb_ms(self) -> float:
@@ -248,6 +252,11 @@ def carries_token(line: bytes) -> bool:
     choices = orjson.loads(line[6:]).get("choices") or []
     delta = choices[0].get("delta") or {} if choices else {}
     return bool(delta.get("content") or (choices and choices[0].get("text")))
+
+
+def _backend_timing(summary: bytes) -> dict[str, float]:
+    upstream = orjson.loads(summary).get("upstream_timing") or {}
+    return {name.rpartition(".")[2]: float(ms) for name, ms in upstream.items()}
 
 
 def _cached_tokens(line: bytes) -> int | None:
@@ -285,11 +294,14 @@ async def chat(
             return Served(resp.status, None, None, None, {}, None, None, sent)
         first_at: float | None = None
         cached: int | None = None
+        backend_timing: dict[str, float] = {}
         async for raw in resp.content:
             line = raw.strip()
             if first_at is None and carries_token(line):
                 first_at = time.monotonic()
             cached = _cached_tokens(line) if cached is None else cached
+            if line.startswith(TIMING_COMMENT.strip()):
+                backend_timing = _backend_timing(line[len(TIMING_COMMENT.strip()) :])
         route = _route(resp.headers.get("X-Meridian-Route", ""))
         timing = {e.name: e.dur_ms for e in parse(resp.headers.get("Server-Timing", ""))}
         predicted = route.get("predicted_ttft_ms")
@@ -302,6 +314,7 @@ async def chat(
             client_ttft_ms=None if first_at is None else (first_at - sent) * 1000.0,
             cached_tokens=cached,
             sent_at=sent,
+            backend_timing=backend_timing,
         )
 
 
