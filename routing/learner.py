@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from routing.learner_samples import cold_start_of, ttft_of
 from routing.learner_state import BackendEstimate as BackendEstimate
 from routing.learner_state import LearnerParams as LearnerParams
 from routing.learner_state import peer_key as peer_key
@@ -51,27 +52,6 @@ _VARIABLE = ("queue", "prefill", "step", "cold_start")  # terms with an estimato
 
 def _ewma(current: float | None, sample: float, alpha: float) -> float:
     return sample if current is None else current + alpha * (sample - current)
-
-
-def _ttft(obs: Observation) -> float:
-    """The sample's measured TTFT. Only samples with one get past ``observe`` and
-    ``observe_first_token`` (they return first), so the ``or`` never applies: it narrows the
-    type with no check on the request path."""
-    return obs.ttft_ms or 0.0
-
-
-def _cold_start_of(obs: Observation, predicted_cold: float, spec: BackendSpec | None) -> bool:
-    """Did this request pay a cold start? The backend's word if given; else whether the
-    residual left after the warm terms holds at least half a cold start."""
-    if obs.cold_start is not None:
-        return obs.cold_start
-    full = spec.cold_start_ms if spec is not None else 0.0
-    if full <= 0.0:
-        full = predicted_cold
-    if full <= 0.0:
-        return False
-    warm = sum(obs.predicted_terms_ms.values()) - predicted_cold
-    return _ttft(obs) - warm > 0.5 * full
 
 
 class OnlineLearner:
@@ -168,7 +148,7 @@ class OnlineLearner:
         if predicted is None and terms:
             predicted = sum(terms.values())
         if predicted is not None and predicted > 0:
-            self._calibrate(est, _ttft(obs) / predicted)
+            self._calibrate(est, ttft_of(obs) / predicted)
         if terms:
             shift, held = est.shift_ms, est.shift_held_ms
             self._stepped_now = False
@@ -248,8 +228,8 @@ class OnlineLearner:
         if prefill > 0:
             est.prefill_ms = _ewma(est.prefill_ms, prefill, self.params.alpha)
         fixed = sum(terms.values()) - queue - prefill - step - cold
-        variable = _ttft(obs) - fixed  # what queue + prefill + step + cold start really took
-        if _cold_start_of(obs, cold, spec):
+        variable = ttft_of(obs) - fixed  # what queue + prefill + step + cold start really took
+        if cold_start_of(obs, cold, spec):
             if obs.cold_start:  # only the backend's word measures a whole cold start
                 sample = max(0.0, variable - queue - prefill - step)
                 est.cold_start_ms = _ewma(est.cold_start_ms, sample, 0.3)

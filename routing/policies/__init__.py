@@ -31,13 +31,14 @@ from routing.policies import (
 )
 from routing.policies.oracle import OracleTruth
 from routing.policies.params import CommonParams
+from routing.policies.predicted_ttft_params import PredictedTTFTParams
 
 DEFAULT_POLICY = "predicted_ttft"
 
 _Builder = Callable[[Any, int], PipelineRouter]
 
 POLICIES: Mapping[str, tuple[type[CommonParams], _Builder]] = {
-    "predicted_ttft": (predicted_ttft.PredictedTTFTParams, predicted_ttft.build),
+    "predicted_ttft": (PredictedTTFTParams, predicted_ttft.build),
     "round_robin": (CommonParams, round_robin.build),
     "random": (CommonParams, random_choice.build),
     "least_loaded": (CommonParams, least_loaded.build),

@@ -28,7 +28,8 @@ from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.router import PipelineRouter
 from routing.pipeline.scoring import ScoreContext, Scores
 from routing.policies.params import assemble
-from routing.policies.predicted_ttft import PredictedTTFTParams, PredictedTTFTScorer
+from routing.policies.predicted_ttft import PredictedTTFTScorer
+from routing.policies.predicted_ttft_params import PredictedTTFTParams
 from routing.predictor import Prediction
 from routing.predictor_detail import breakdown
 from routing.types import Candidate

@@ -21,7 +21,8 @@ from routing.pipeline.filters import default_filters
 from routing.pipeline.pickers import MarginPicker
 from routing.policies import build_router
 from routing.policies.fused_ttft import FusedTTFTRouter
-from routing.policies.predicted_ttft import PredictedTTFTParams, PredictedTTFTScorer
+from routing.policies.predicted_ttft import PredictedTTFTScorer
+from routing.policies.predicted_ttft_params import PredictedTTFTParams
 from routing.types import (
     BackendKind,
     BackendState,
