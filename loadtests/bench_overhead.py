@@ -11,6 +11,9 @@ percentiles are taken over the pooled requests of each side. Reported: TTFT and 
 direct vs through the gateway, the difference (added latency), and requests/s.
 ``--src NAME=DIR`` adds a one-worker gateway running another checkout's code (``PYTHONPATH``;
 e.g. ``git archive main`` unpacked in DIR) to every round: before/after in the same run.
+``--cpu-ledger`` prints, per side, the CPU seconds of the load generator, the emulator, each
+gateway process (each ``--workers`` worker apart) and the rest of the machine
+(``loadtests/cpu_ledger.py``): on a shared host, how much CPU the run had to spend.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from loadtests.bench.records import BenchResult, RequestRecord
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import Workload, parse_workload
+from loadtests.cpu_ledger import CpuLedger, CpuReading, format_ledger
 from loadtests.peer_servers import tree_cpu_s
 from loadtests.processes import emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
@@ -62,6 +66,8 @@ class Level:
     gateway: Side  # the first --workers count
     by_workers: dict[int, Side] = dataclasses.field(default_factory=dict)  # every count run
     by_src: dict[str, Side] = dataclasses.field(default_factory=dict)  # other checkouts, 1 worker
+    # --cpu-ledger: per side, the CPU of every process of the run and of the rest of the machine
+    cpu: dict[str, CpuReading] = dataclasses.field(default_factory=dict)
 
     def added(self, field: str, side: Side | None = None) -> float | None:
         a, b = getattr(self.direct, field), getattr(side or self.gateway, field)
@@ -119,12 +125,13 @@ async def measure(
     rounds: int,
     workers: list[int] | None = None,
     sources: dict[str, str] | None = None,
+    ledger: bool = False,
 ) -> list[Level]:
     counts = workers or [1]
     sources = sources or {}
     levels = []
     async with (
-        emulated_backend("overhead", MODEL, ENGINE) as (backend_url, _),
+        emulated_backend("overhead", MODEL, ENGINE) as (backend_url, backend_pid),
         contextlib.AsyncExitStack() as stack,
     ):
         config = {
@@ -146,6 +153,13 @@ async def measure(
         urls = {n: url for n, (url, _) in gateways.items()}
         src_urls = {name: url for name, (url, _) in src_gateways.items()}
         pids = {url: pid for url, pid in [*gateways.values(), *src_gateways.values()]}
+        names = {
+            backend_url: "direct",
+            **{url: f"gw x{n}" for n, url in urls.items()},
+            **{url: name for name, url in src_urls.items()},
+        }
+        roots = {"emulator": backend_pid, **{names[url]: pid for url, pid in pids.items()}}
+        cpu = CpuLedger(roots) if ledger else None
         for concurrency in concurrencies:
             workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
             options = BenchOptions(max_connections=concurrency)
@@ -157,13 +171,21 @@ async def measure(
             runs: list[tuple[str, list[Run]]] = [(backend_url, direct)]
             runs += [(url, through[n]) for n, url in urls.items()]
             runs += [(url, others[name]) for name, url in src_urls.items()]
+            spent: dict[str, CpuReading] = {}
             for turn in range(rounds):
                 # Each round starts one side later: no side always runs first (or last).
                 for url, results in runs[turn % len(runs) :] + runs[: turn % len(runs)]:
+                    before = cpu.read() if cpu else None
                     results.append(await _timed(url, workload, options, pids.get(url)))
+                    if cpu and before:
+                        used = cpu.read().minus(before)
+                        earlier = spent.get(names[url])
+                        spent[names[url]] = used if earlier is None else earlier.plus(used)
             sides = {n: _merged(results) for n, results in through.items()}
             by_src = {name: _merged(results) for name, results in others.items()}
-            levels.append(Level(concurrency, _merged(direct), sides[counts[0]], sides, by_src))
+            levels.append(
+                Level(concurrency, _merged(direct), sides[counts[0]], sides, by_src, spent)
+            )
     return levels
 
 
@@ -209,6 +231,14 @@ def format_table(levels: list[Level]) -> str:
 _ADDED = ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
 
 
+def _side_requests(level: Level, side: str) -> int:
+    if side == "direct":
+        return level.direct.requests
+    if side.startswith("gw x") and int(side[4:]) in level.by_workers:
+        return level.by_workers[int(side[4:])].requests
+    return level.by_src[side].requests if side in level.by_src else level.gateway.requests
+
+
 def _label(workers: int, sides: int) -> str:
     return "gateway" if sides == 1 else f"gw x{workers}"
 
@@ -234,15 +264,32 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=DIR",
         help="also a one-worker gateway running the code in DIR, in every round",
     )
+    parser.add_argument(
+        "--cpu-ledger",
+        action="store_true",
+        help="per side, CPU seconds of the load generator, the emulator, each gateway process "
+        "(every --workers worker apart) and the rest of the machine",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
     sources = {name: src for name, _, src in (s.partition("=") for s in args.src)}
     levels = uvloop.run(
-        measure(args.concurrency or [1, 64], args.requests, args.rounds, args.workers, sources)
+        measure(
+            args.concurrency or [1, 64],
+            args.requests,
+            args.rounds,
+            args.workers,
+            sources,
+            args.cpu_ledger,
+        )
     )
     print(format_table(levels))
+    for level in levels:
+        for side, used in level.cpu.items():
+            requests = _side_requests(level, side)
+            print(format_ledger(f"c={level.concurrency} {side}", used, requests))
     payload = {
         "benchmark": "gateway_overhead",
         "load_average": os.getloadavg(),
@@ -250,7 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         "engine": ENGINE,
         "levels": [
             {
-                **{k: v for k, v in asdict(level).items() if k not in {"by_workers", "by_src"}},
+                **{
+                    k: v
+                    for k, v in asdict(level).items()
+                    if k not in {"by_workers", "by_src", "cpu"}
+                },
+                "cpu_s": {side: dict(used.by_label) for side, used in level.cpu.items()},
+                "cpu_wall_s": {side: used.wall for side, used in level.cpu.items()},
                 "added": {f: level.added(f) for f in _ADDED},
                 "by_workers": {
                     str(n): {**asdict(side), "added": {f: level.added(f, side) for f in _ADDED}}
