@@ -44,13 +44,15 @@ class FleetView:
     """Columns of one fleet layout (backends + specs); state columns follow each snapshot.
 
     Not a value: ``refresh`` mutates the state columns. ``version`` counts refreshes and
-    ``changed`` lists the rows the latest one rewrote (every row right after building).
+    ``changed`` lists the rows the latest one rewrote (every row right after building). A
+    snapshot marked ``built_from`` the one the view follows names the only backends that may
+    have changed, so a refresh touches those rows alone instead of comparing every backend.
     """
 
     __slots__ = (
         "fleet", "names", "index", "specs", "states", "regions", "serverless", "gateway", "gateway_rows",
         "max_num_seqs", "step_budget", "prefill_rate", "itl_ms", "overhead_ms", "cold_start_ms",
-        "idle_timeout_s", "version", "changed", "memo", *_STATE_COLUMNS, *_STATE_MASKS,
+        "idle_timeout_s", "version", "gates_version", "changed", "memo", *_STATE_COLUMNS, *_STATE_MASKS,
         "downstream_ttft", "downstream_as_of",
     )  # fmt: skip
 
@@ -105,6 +107,9 @@ class FleetView:
         self.downstream_as_of = np.full(size, _NAN)
         self.memo: dict[Hashable, object] = {}
         self.version = 0
+        # Counts the refreshes that moved a row's health, circuit or ejection (``healthy``,
+        # ``circuit_open``, ``ejected_until``): what a per-version cache of those waits for.
+        self.gates_version = 0
         self.changed: Sequence[int] = range(size)
         for row, state in enumerate(states):
             self._write(row, state)
@@ -131,18 +136,39 @@ class FleetView:
         backends = fleet.backends
         if len(backends) != len(self.names) or fleet.gateway_region != self.fleet.gateway_region:
             return False
-        try:
-            states = list(map(backends.__getitem__, self.names))
-        except KeyError:
-            return False
         old, specs = self.states, self.specs
-        changed = list(compress(range(len(states)), map(is_not, states, old)))
+        hint = fleet.changes
+        if hint is not None and hint.previous() is self.fleet:  # only these names may differ
+            index = self.index
+            if not all(map(index.__contains__, hint.backends)):
+                return False
+            states = old.copy()
+            changed = []
+            for row in sorted(map(index.__getitem__, hint.backends)):
+                state = states[row] = backends[self.names[row]]
+                if state is not old[row]:
+                    changed.append(row)
+        else:
+            try:
+                states = list(map(backends.__getitem__, self.names))
+            except KeyError:
+                return False
+            changed = list(compress(range(len(states)), map(is_not, states, old)))
         for row in changed:
             spec = states[row].spec
             if spec is not specs[row] and spec != specs[row]:
                 return False
         if fleet.region_rtt_ms != self.fleet.region_rtt_ms:
             changed = list(range(len(states)))  # the RTT fallback of any row may move
+        for row in changed:
+            before, after = old[row], states[row]
+            if (
+                before.healthy != after.healthy
+                or before.circuit_open != after.circuit_open
+                or before.ejected_until != after.ejected_until
+            ):
+                self.gates_version += 1
+                break
         self.fleet, self.states = fleet, states
         for row in changed:
             self._write(row, states[row])

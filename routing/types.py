@@ -6,10 +6,11 @@ supplies (``now``); the routing engine never reads a clock itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from routing.prefix import DEFAULT_BLOCK_TOKENS
 from routing.price import Price
@@ -84,7 +85,14 @@ class BackendState:
     others_requests_per_s: float | None = None  # ...and their requests per second
 
 
-@dataclass(frozen=True, slots=True)
+class SnapshotChanges(NamedTuple):
+    """What a snapshot's builder knows changed since the snapshot before (``built_from``)."""
+
+    previous: weakref.ReferenceType[FleetSnapshot]  # weak: no chain of old snapshots
+    backends: frozenset[str]  # the only names whose state objects may differ from it
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class FleetSnapshot:
     """The in-memory view of the fleet a decision is taken on. Built off the request path."""
 
@@ -93,6 +101,20 @@ class FleetSnapshot:
     # Estimated round trip (ms) from the gateway's region to each region.
     region_rtt_ms: Mapping[str, float] = field(default_factory=dict)
     taken_at: float = 0.0
+    # A hint, not part of the value: set by ``built_from`` only, so ``replace`` (which may
+    # change anything) never carries it over, and equality ignores it.
+    changes: SnapshotChanges | None = field(default=None, init=False, compare=False, repr=False)
+
+
+def built_from(
+    snapshot: FleetSnapshot, previous: FleetSnapshot, backends: Iterable[str]
+) -> FleetSnapshot:
+    """Mark ``snapshot`` as ``previous`` with at most ``backends``' states replaced (every other
+    name maps to the very same state object), so a ``FleetView`` following ``previous``
+    rewrites those rows without comparing every backend. The builder vouches for it."""
+    hint = SnapshotChanges(weakref.ref(previous), frozenset(backends))
+    object.__setattr__(snapshot, "changes", hint)
+    return snapshot
 
 
 @quick_init

@@ -46,7 +46,7 @@ from gateway.signals.rtt_policy import RttPolicy, routed_rtt
 from gateway.signals.shared_fleet import LeaderScraper, SharedFleet
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
-from routing.types import BackendState, FleetSnapshot
+from routing.types import BackendState, FleetSnapshot, built_from
 
 logger = logging.getLogger(__name__)
 
@@ -224,13 +224,15 @@ class SignalHub(ProbeObserver):
         probes = self.prober.summaries()
         for name in self._dirty:
             self._states[name] = self._state(name, health, probes.get(name), now)
-        self._dirty.clear()
         self._snapshot = FleetSnapshot(
             backends=dict(self._states),
             gateway_region=self._gateway_region,
             region_rtt_ms=self._region_rtts(),
             taken_at=now,
         )
+        if cached is not None:  # only the dirty rows differ: routing's view rewrites those
+            built_from(self._snapshot, cached, self._dirty)
+        self._dirty.clear()
         self._built_at = now
         return self._snapshot
 

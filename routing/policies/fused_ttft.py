@@ -53,8 +53,8 @@ class FusedTTFTRouter(PipelineRouter):
         self.scalar = 0  # ...of which the scalar path (fleets of up to ``scalar_max``)
         self.scalar_max = SCALAR_MAX_BACKENDS
         self.row_scorer = scorer if isinstance(scorer, RowScorer) else None
-        # healthy & circuit closed, and the latest ejection's end, of one view version: they
-        # change only when a snapshot refresh rewrites the view.
+        # healthy & circuit closed, and the latest ejection's end, of one ``gates_version``:
+        # they change only when a snapshot refresh rewrites a row's health or circuit.
         self._signals_of: tuple[FleetView, int] | None = None
         self._healthy_and_closed: Mask = np.zeros(0, np.bool_)
         self._ejected_last = float("inf")
@@ -71,15 +71,16 @@ class FusedTTFTRouter(PipelineRouter):
     def _static_alive(self, view: FleetView, static: Mask) -> Mask:
         """``static`` & healthy & circuit closed (cached per view version and static mask)."""
         key = self._alive_of
-        if key[0] is not view or key[1] != view.version or key[2] is not static:
+        if key[0] is not view or key[1] != view.gates_version or key[2] is not static:
             self._alive = static & self._healthy_closed(view)
-            self._alive_of = (view, view.version, static)
+            self._alive_of = (view, view.gates_version, static)
         return self._alive
 
     def _healthy_closed(self, view: FleetView) -> Mask:
-        """Healthy with a closed circuit, per row of ``view`` as it is now (cached per version);
-        sets ``_ejected_last``, the latest ``ejected_until`` (-inf: nobody ejected)."""
-        key = (view, view.version)
+        """Healthy with a closed circuit, per row of ``view`` as it is now (cached until a
+        refresh moves a row's gates); sets ``_ejected_last``, the latest ``ejected_until``
+        (-inf: nobody ejected)."""
+        key = (view, view.gates_version)
         if self._signals_of != key:
             self._signals_of = key
             self._healthy_and_closed = view.healthy & ~view.circuit_open

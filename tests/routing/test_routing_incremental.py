@@ -26,6 +26,7 @@ from routing.types import (
     FleetSnapshot,
     LatencyClass,
     Observation,
+    built_from,
 )
 from tests.routing.routing_fixtures import fleet, profile, spec, state
 
@@ -87,14 +88,24 @@ def _comparable(decision: Decision) -> list[Any]:
 @given(
     ops=st.lists(operation, min_size=1, max_size=40),
     policy=st.sampled_from(["predicted_ttft", "least_loaded"]),
+    hinted=st.booleans(),
 )
 @example(  # the last bit of the queue term differed (found by hypothesis; exact == failed)
     ops=[("snapshot", 2, 7522), ("rtt_table", 0, 18), ("decide", 2, 1), ("decide", 0, 0)],
     policy="predicted_ttft",
+    hinted=False,
 )
+@example(  # a hinted snapshot turning a backend unhealthy, then healthy again
+    ops=[("decide", 0, 0), ("snapshot", 1, 5), ("decide", 1, 0), ("snapshot", 1, 6),
+         ("decide", 1, 0)],
+    policy="predicted_ttft",
+    hinted=True,
+)  # fmt: skip
 def test_incremental_upkeep_decides_as_a_rebuild_does(
-    ops: list[tuple[str, int, int]], policy: str
+    ops: list[tuple[str, int, int]], policy: str, hinted: bool
 ) -> None:
+    """``hinted``: every new snapshot is marked ``built_from`` the one before with the backend
+    it changed (as the SignalHub marks them), so the view refreshes the hinted rows alone."""
     kept = build_router(policy, {"max_ranked": 4}, 3)
     rebuilt = build_router(policy, {"max_ranked": 4}, 3)
     now = 100.0
@@ -109,7 +120,10 @@ def test_incremental_upkeep_decides_as_a_rebuild_does(
         if kind == "rtt_table":
             table[SPECS[i].region] = float(value)
         if kind in {"snapshot", "rtt_table"}:
+            previous = snapshot
             snapshot = FleetSnapshot(dict(states), gateway_region="r1", region_rtt_ms=dict(table))
+            if hinted:
+                built_from(snapshot, previous, [backend] if kind == "snapshot" else [])
         for router in (kept, rebuilt):
             if kind == "reserve":
                 router.reserve(backend, now - value)
@@ -145,6 +159,35 @@ def test_refresh_rewrites_changed_rows_and_rebuilds_on_a_new_layout() -> None:
     assert view.rtt_ms.tolist() == [3.0, 3.0]
     assert view.refresh(fleet(a, b, region_rtt_ms={"r1": 4.0})) and view.changed == [0, 1]
     assert build_view(fleet(a)).names == ("a",) and len(FleetView(fleet())) == 0
+
+
+def test_a_hinted_refresh_rewrites_only_the_named_rows() -> None:
+    a, b, c = state("a", running=1, as_of=1.0), state("b", in_flight=2), state("c")
+    first = fleet(a, b, c)
+    view = ViewCache().get(first)
+    gates = view.gates_version
+    b2 = dataclasses.replace(b, in_flight=7)
+    second = built_from(fleet(a, b2, c), first, ["b", "c"])  # c named, but the same object
+    assert second.changes is not None and second == fleet(a, b2, c)  # a hint, not a value
+    assert dataclasses.replace(second).changes is None  # replace may change anything
+    assert view.refresh(second) and view.changed == [1] and view.in_flight.tolist()[1] == 7.0
+    assert view.gates_version == gates  # nobody's health moved: the mask caches hold
+    # Marked as built from a snapshot the view does not follow: every backend is compared.
+    a3 = dataclasses.replace(a, in_flight=4)
+    assert view.refresh(built_from(fleet(a3, b2, c), first, ["b"])) and view.changed == [0]
+    # A health change moves the gates; so do a circuit and an ejection.
+    third = view.fleet
+    for changed in (
+        dataclasses.replace(c, healthy=False), dataclasses.replace(c, circuit_open=True),
+        dataclasses.replace(c, ejected_until=50.0),
+    ):  # fmt: skip
+        following = built_from(fleet(a3, b2, changed), third, ["c"])
+        assert view.refresh(following) and view.changed == [2]
+        assert view.gates_version == gates + 1
+        gates, third = view.gates_version, following
+    # A hinted name the view does not have is a new layout, as it is without the hint.
+    assert not view.refresh(built_from(fleet(a3, b2, state("d")), third, ["d"]))
+    assert not view.refresh(built_from(fleet(a3, b2), third, ["c"]))
 
 
 def test_load_columns_follow_refreshes_and_expire_reservations() -> None:

@@ -126,6 +126,28 @@ def test_request_reports_update_in_flight_and_traffic_within_the_rebuild_bound()
     assert hub.snapshot().backends["b1"].in_flight == 0
 
 
+def test_each_snapshot_names_what_changed_since_the_one_before():
+    """The hub marks a rebuilt snapshot ``built_from`` the previous one with its dirty
+    backends, so routing's view rewrites those rows alone: the hint must cover every backend
+    whose state object changed (health and ejections included)."""
+    clock = FakeClock()
+    hub, _ = offline_hub(clock, max_ejection_percent=50)
+    snapshots = [hub.snapshot()]
+    assert snapshots[0].changes is None  # the first one: nothing to be built from
+    steps = [("b2", False)] * 3 + [("b0", True), ("b1", True), ("b2", True), ("b0", True)]
+    for step, (backend, ok) in enumerate(steps):
+        hub.on_request_start(backend)
+        hub.on_request_end(backend, ok=ok, failure=None if ok else FailureKind.SERVER_ERROR)
+        clock.advance(31.0 if step == 4 else 0.006)  # after step 4: b2's ejection is over
+        hub.tick()
+        snapshots.append(hub.snapshot())
+    assert not snapshots[3].backends["b2"].healthy and snapshots[6].backends["b2"].healthy
+    for before, after in zip(snapshots, snapshots[1:], strict=False):
+        assert after.changes is not None and after.changes.previous() is before
+        moved = {n for n, s in after.backends.items() if s is not before.backends[n]}
+        assert moved and moved <= after.changes.backends
+
+
 def test_failures_eject_then_the_schedule_readmits():
     clock = FakeClock()
     hub, registry = offline_hub(clock, max_ejection_percent=50)
