@@ -319,8 +319,8 @@ def _compare(args: argparse.Namespace, argv: list[str]) -> int:
           f"{'min p50':>9}{'min vs this':>13}")  # fmt: skip
     for row in sorted(rows, key=lambda r: (r["block_tokens"], r["backends"], r["snapshots"],
                                            r["case"], r["side"] != "this")):  # fmt: skip
-        key = (row["case"], row["backends"], row["snapshots"], row["block_tokens"])
-        base, base_min = ours.get(key), ours_min.get(key)
+        same_case = (row["case"], row["backends"], row["snapshots"], row["block_tokens"])
+        base, base_min = ours.get(same_case), ours_min.get(same_case)
         row["cpu_p50_vs_this"] = row["cpu_p50_us"] / base if base else None
         row["cpu_p50_min_vs_this"] = row["cpu_p50_min_us"] / base_min if base_min else None
         ratio = "" if base is None else f"{row['cpu_p50_vs_this']:.2f}x"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from prometheus_client import CollectorRegistry
 
@@ -142,7 +143,7 @@ def test_each_snapshot_names_what_changed_since_the_one_before():
         hub.tick()
         snapshots.append(hub.snapshot())
     assert not snapshots[3].backends["b2"].healthy and snapshots[6].backends["b2"].healthy
-    for before, after in zip(snapshots, snapshots[1:], strict=False):
+    for before, after in itertools.pairwise(snapshots):
         assert after.changes is not None and after.changes.previous() is before
         moved = {n for n, s in after.backends.items() if s is not before.backends[n]}
         assert moved and moved <= after.changes.backends
