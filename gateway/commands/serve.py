@@ -25,6 +25,7 @@ from gateway.app import RunningGateway, start_gateway
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.config_warnings import config_warnings
 from gateway.drain import drain
+from gateway.heap import settle_after_start
 from gateway.observability import log_format
 from gateway.reload import Reloader
 from gateway.state_keys import RELAY
@@ -159,6 +160,7 @@ async def _serve(args: argparse.Namespace) -> int:
             stack.push_async_callback(reloader.close)
             loop.add_signal_handler(signal.SIGHUP, reloader.request, "SIGHUP")
             reloader.watch_every(config.reload.watch_interval_s)
+        settle_after_start()  # no full collection walks what start-up built (gateway/heap.py)
         models = ", ".join(config.models())
         log.info("meridian listening on %s (models: %s)", gateway.url, models)
         log.info("admin listener (state, metrics, readiness details) on %s", gateway.admin_url)
