@@ -22,7 +22,7 @@ credit is there and nothing fits, the steady state of a healthy fleet.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,8 @@ from routing.fleet_view import F64, Rows
 from routing.learned_columns import LearnedColumns
 from routing.quick_init import quick_init
 from routing.types import RequestProfile
+
+_FEW = 16  # rows that could fit, up to which the check is Python floats (the rest: arrays)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +85,25 @@ class Explorer:
         p = self.params
         if not self._checks(len(rows), now):
             return None
-        # Over every eligible row, not the stale ones' subset (fewer numpy calls: at c=1,
-        # where this runs on most decisions, each costs 5-30 us); all eligible: no gather.
+        # Only a row within the bound once its whole positive offset is doubted can fit (its
+        # doubted part is at most that, in floats too), and in a spread fleet those are few:
+        # a few array calls find them, Python floats check them (at c=1, where this runs on
+        # most decisions, every numpy call costs 5-30 us). Near-equal fleets: every row.
         learned_at, bias = learned.learned_at, learned.bias_ms
         everyone = len(rows) == len(learned_at)
-        age = now - (learned_at if everyone else learned_at[rows])  # NaN: never observed
-        stale = age >= p.after_s
-        if not stale.any():
-            return None
         best = float(scores.min())
         bound = best + max(p.within_ms, p.within_rel * abs(best))
-        doubted = np.maximum(bias if everyone else bias[rows], 0.0)
+        positive = np.maximum(bias if everyone else bias[rows], 0.0)
+        near = (scores - positive <= bound).nonzero()[0]
+        if len(near) <= _FEW:
+            found = self._oldest_fit(
+                near.tolist(), scores, ttft_ms if everyone else ttft_ms[rows], rows, learned,
+                profile, now, best, bound,
+            )  # fmt: skip
+            return found
+        age = now - (learned_at if everyone else learned_at[rows])  # NaN: never observed
+        stale = age >= p.after_s
+        doubted = positive
         doubted *= np.minimum(age / p.horizon_s, 1.0)
         fits = scores - doubted <= bound
         fits &= stale
@@ -124,18 +134,38 @@ class Explorer:
         if not self._checks(len(rows), now):
             return None
         p = self.params
-        learned_at, bias = learned.learned_at, learned.bias_ms
         best = min(scores)
         bound = best + max(p.within_ms, p.within_rel * abs(best))
+        return self._oldest_fit(
+            range(len(rows)), scores, ttft_ms, rows, learned, profile, now, best, bound
+        )
+
+    def _oldest_fit(
+        self,
+        positions: Iterable[int],
+        scores: Sequence[float] | F64,
+        ttft_ms: Sequence[float] | F64,
+        rows: Sequence[int] | Rows,
+        learned: LearnedColumns,
+        profile: RequestProfile,
+        now: float,
+        best: float,
+        bound: float,
+    ) -> Exploration | None:
+        """Of ``positions`` (ascending, into ``rows``), the one with the oldest evidence that
+        fits, with Python floats: the same operations in the same order as the array check."""
+        p = self.params
+        learned_at, bias = learned.learned_at, learned.bias_ms
         room_ms = (
             None if profile.deadline_s is None else 1000.0 * profile.deadline_s * p.deadline_share
         )
         found: Exploration | None = None
-        for position, row in enumerate(rows):
+        for position in positions:
+            row = int(rows[position])
             age = now - learned_at.item(row)
             if not age >= p.after_s:  # NaN (never observed): nothing to doubt
                 continue
-            score = scores[position]
+            score = float(scores[position])
             doubted = max(bias.item(row), 0.0) * min(age / p.horizon_s, 1.0)
             if score - doubted <= bound and score > best:
                 if room_ms is not None and not ttft_ms[position] <= room_ms:
