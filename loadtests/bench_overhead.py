@@ -9,11 +9,13 @@ load generator. Direct and gateway runs alternate (``--rounds`` times, each roun
 side later than the one before) so machine noise and run order hit every side alike;
 percentiles are taken over the pooled requests of each side. Reported: TTFT and ITL p50/p99
 direct vs through the gateway, the difference (added latency), and requests/s.
-``--src NAME=DIR`` adds a one-worker gateway running another checkout's code (``PYTHONPATH``;
-e.g. ``git archive main`` unpacked in DIR) to every round: before/after in the same run.
-``--cpu-ledger`` prints, per side, the CPU seconds of the load generator, the emulator, each
-gateway process (each ``--workers`` worker apart) and the rest of the machine
-(``loadtests/cpu_ledger.py``): on a shared host, how much CPU the run had to spend.
+``--src NAME=DIR`` adds a gateway (``--src-workers`` processes, default 1) running another
+checkout's code (``PYTHONPATH``; e.g. ``git archive main`` unpacked in DIR) to every round:
+before/after in the same run. ``--cpu-ledger`` prints, per side, the CPU seconds of the load
+generator, the backend, each gateway process (each ``--workers`` worker apart) and the rest of
+the machine (``loadtests/cpu_ledger.py``): on a shared host, how much CPU the run had to spend.
+``--backend mock`` (``loadtests/mock_backend.py``, the same schedule) and ``--client lean``
+(``loadtests/bench/lean_client.py``) leave more of a small host's CPU to the gateway.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ import dataclasses
 import os
 from dataclasses import asdict, dataclass
 
+from loadtests.bench.lean_client import run_lean
 from loadtests.bench.records import BenchResult, RequestRecord
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import Workload, parse_workload
 from loadtests.cpu_ledger import CpuLedger, CpuReading, format_ledger
 from loadtests.peer_servers import tree_cpu_s
-from loadtests.processes import emulated_backend, gateway
+from loadtests.processes import emulated_backend, gateway, mock_backend
 from loadtests.results_file import fmt, write_results
 
 MODEL = "overhead-model"
@@ -43,6 +46,11 @@ ENGINE = {
     "first_token_overhead_ms": 20,
 }
 
+
+# --backend mock: the same schedule as ENGINE (first token after the overhead, then one per
+# decode step) from loadtests/mock_backend.py, which costs a fraction of the emulator's CPU.
+MOCK_TTFT_MS = float(ENGINE["first_token_overhead_ms"])
+MOCK_ITL_MS = float(ENGINE["decode_base_ms"])
 
 Run = tuple[BenchResult, float | None]  # a run and the gateway's CPU seconds in it
 
@@ -65,7 +73,9 @@ class Level:
     direct: Side
     gateway: Side  # the first --workers count
     by_workers: dict[int, Side] = dataclasses.field(default_factory=dict)  # every count run
-    by_src: dict[str, Side] = dataclasses.field(default_factory=dict)  # other checkouts, 1 worker
+    by_src: dict[str, Side] = dataclasses.field(
+        default_factory=dict
+    )  # other checkouts, --src-workers each
     # --cpu-ledger: per side, the CPU of every process of the run and of the rest of the machine
     cpu: dict[str, CpuReading] = dataclasses.field(default_factory=dict)
 
@@ -107,10 +117,13 @@ def _side(results: list[BenchResult], cpu_s: float | None = None) -> Side:
     )
 
 
-async def _timed(url: str, workload: Workload, options: BenchOptions, pid: int | None) -> Run:
-    """One run, and the CPU seconds the gateway's process tree spent in it (None: direct)."""
+async def _timed(
+    url: str, workload: Workload, options: BenchOptions, pid: int | None, lean: bool = False
+) -> Run:
+    """One run, and the CPU seconds the gateway's process tree spent in it (None: direct);
+    ``lean``: through ``run_lean`` (bare connections) instead of ``run_bench`` (aiohttp)."""
     before = tree_cpu_s(pid) if pid is not None else 0.0
-    result = await run_bench(url, workload, options)
+    result = await (run_lean(url, workload) if lean else run_bench(url, workload, options))
     return result, (tree_cpu_s(pid) - before if pid is not None else None)
 
 
@@ -126,12 +139,19 @@ async def measure(
     workers: list[int] | None = None,
     sources: dict[str, str] | None = None,
     ledger: bool = False,
+    backend: str = "emulator",
+    client: str = "aiohttp",
+    src_workers: int = 1,
 ) -> list[Level]:
     counts = workers or [1]
     sources = sources or {}
     levels = []
     async with (
-        emulated_backend("overhead", MODEL, ENGINE) as (backend_url, backend_pid),
+        (
+            mock_backend(MODEL, MOCK_TTFT_MS, MOCK_ITL_MS)
+            if backend == "mock"
+            else emulated_backend("overhead", MODEL, ENGINE)
+        ) as (backend_url, backend_pid),
         contextlib.AsyncExitStack() as stack,
     ):
         config = {
@@ -147,7 +167,7 @@ async def measure(
         }
         gateways = {n: await stack.enter_async_context(gateway(config, n)) for n in counts}
         src_gateways = {
-            name: await stack.enter_async_context(gateway(config, 1, _env(src)))
+            name: await stack.enter_async_context(gateway(config, src_workers, _env(src)))
             for name, src in sources.items()
         }
         urls = {n: url for n, (url, _) in gateways.items()}
@@ -163,8 +183,9 @@ async def measure(
         for concurrency in concurrencies:
             workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
             options = BenchOptions(max_connections=concurrency)
+            lean = client == "lean"
             for url in [*urls.values(), *src_urls.values()]:
-                await run_bench(url, workload, options)  # warm every pool
+                await _timed(url, workload, options, None, lean)  # warm every pool
             direct: list[Run] = []
             through: dict[int, list[Run]] = {n: [] for n in counts}
             others: dict[str, list[Run]] = {name: [] for name in src_urls}
@@ -176,7 +197,7 @@ async def measure(
                 # Each round starts one side later: no side always runs first (or last).
                 for url, results in runs[turn % len(runs) :] + runs[: turn % len(runs)]:
                     before = cpu.read() if cpu else None
-                    results.append(await _timed(url, workload, options, pids.get(url)))
+                    results.append(await _timed(url, workload, options, pids.get(url), lean))
                     if cpu and before:
                         used = cpu.read().minus(before)
                         earlier = spent.get(names[url])
@@ -262,13 +283,31 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=DIR",
-        help="also a one-worker gateway running the code in DIR, in every round",
+        help="also a gateway (--src-workers) running the code in DIR, in every round",
+    )
+    parser.add_argument(
+        "--src-workers",
+        type=int,
+        default=1,
+        help="worker processes of each --src gateway (default 1)",
     )
     parser.add_argument(
         "--cpu-ledger",
         action="store_true",
         help="per side, CPU seconds of the load generator, the emulator, each gateway process "
         "(every --workers worker apart) and the rest of the machine",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["emulator", "mock"],
+        default="emulator",
+        help="mock: loadtests/mock_backend.py (same schedule, a fraction of the CPU)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=["aiohttp", "lean"],
+        default="aiohttp",
+        help="lean: bare keep-alive connections (loadtests/bench/lean_client.py), less CPU",
     )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
@@ -283,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
             args.workers,
             sources,
             args.cpu_ledger,
+            args.backend,
+            args.client,
+            args.src_workers,
         )
     )
     print(format_table(levels))
@@ -294,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "gateway_overhead",
         "load_average": os.getloadavg(),
         "sources": sources,
+        "src_workers": args.src_workers,
         "engine": ENGINE,
+        "backend": args.backend,
+        "client": args.client,
         "levels": [
             {
                 **{

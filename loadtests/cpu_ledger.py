@@ -134,4 +134,12 @@ def format_ledger(title: str, spent: CpuReading, requests: int) -> str:
             f"  {label:<22} {seconds:8.2f} s  {seconds / capacity:6.1%} of the machine  "
             f"{per_request:8.0f} us/request"
         )
+    ours = sum(v for k, v in spent.by_label.items() if k not in (OTHERS, IDLE))
+    per_request = ours / max(requests, 1)
+    if per_request > 0:  # the ceiling: what the run's own CPU per request allows on idle cores
+        lines.append(
+            f"  the run's processes: {per_request * 1e6:.0f} us/request, so at most "
+            f"{cores / per_request:.0f} requests/s on {cores} idle cores "
+            f"({requests / spent.wall:.0f} measured)"
+        )
     return "\n".join(lines)

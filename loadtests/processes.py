@@ -57,6 +57,16 @@ async def _readline(process: asyncio.subprocess.Process) -> bytes:
     return line
 
 
+async def _ready_url(process: asyncio.subprocess.Process) -> str:
+    """A backend's base URL from its JSON lines (``{"url": ...}``), once it says ``ready``."""
+    url = ""
+    while True:
+        message = orjson.loads(await _readline(process))
+        url = message.get("url", url)
+        if message.get("ready"):
+            return str(url)
+
+
 @contextlib.asynccontextmanager
 async def emulated_backend(
     name: str,
@@ -73,13 +83,19 @@ async def emulated_backend(
         argv += ["--fault", f"{key}={value}"]
     argv += extra or []
     async with _process(argv) as process:
-        url = ""
-        while True:
-            message = orjson.loads(await _readline(process))
-            url = message.get("url", url)
-            if message.get("ready"):
-                break
-        yield url, process.pid
+        yield await _ready_url(process), process.pid
+
+
+@contextlib.asynccontextmanager
+async def mock_backend(
+    model: str, ttft_ms: float = 20.0, itl_ms: float = 5.0
+) -> AsyncIterator[tuple[str, int]]:
+    """One ``python -m loadtests.mock_backend`` process (a cheap fixed-schedule streaming
+    backend); yields (base url, pid)."""
+    argv = [sys.executable, "-m", "loadtests.mock_backend", "--model", model]
+    argv += ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+    async with _process(argv) as process:
+        yield await _ready_url(process), process.pid
 
 
 # Public URL -> admin listener URL (gateway/admin: /metrics, state) of every gateway started.

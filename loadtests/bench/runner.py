@@ -234,15 +234,26 @@ async def run_bench(
                 progress.cancel()
                 await asyncio.gather(progress, return_exceptions=True)
                 stream.write(("\r" if stream.isatty() else "") + run.progress_line() + "\n")
-    records = tuple(sorted(run.records, key=lambda r: r.index))
-    last_end = max((r.sent_s + (r.e2e_s or 0.0) for r in records), default=0.0)
+    return finished(url, workload, started_unix, run.records, tuple(run.loop_lags))
+
+
+def finished(
+    url: str,
+    workload: Workload,
+    started_unix: float,
+    records: list[RequestRecord],
+    loop_lag_s: tuple[float, ...] = (),
+) -> BenchResult:
+    """A run's result: its records in start order, timed from the first send to the last end."""
+    ordered = tuple(sorted(records, key=lambda r: r.index))
+    last_end = max((r.sent_s + (r.e2e_s or 0.0) for r in ordered), default=0.0)
     return BenchResult(
         url=url,
         workload=workload.name,
-        mode=arrival.mode,
+        mode=workload.arrival.mode,
         seed=workload.seed,
         started_unix=started_unix,
         duration_s=last_end,
-        records=records,
-        loop_lag_s=tuple(run.loop_lags),
+        records=ordered,
+        loop_lag_s=loop_lag_s,
     )
