@@ -1,8 +1,8 @@
 """Prefix affinity across replicas: what one replica's router learns, the others' routers know.
 
 ``SharedPrefixRouter`` wraps a ``PolicyRouter`` (same protocol, everything forwarded): a
-request that finished well tells the shared state its prompt's prefix blocks are now cached on
-the backend that served it. ``RemotePrefixFeeder`` goes the other way: blocks other replicas
+decision tells the shared state its prompt's prefix blocks are on their way to the backend it
+chose, and a request that finished well that they are cached on the backend that served it. ``RemotePrefixFeeder`` goes the other way: blocks other replicas
 published, as they arrive in the local shared view, are recorded into the wrapped router's own
 prefix index, a bounded number per event-loop turn, off the request path.
 
@@ -60,7 +60,14 @@ class SharedPrefixRouter:
         self._sync = sync
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
-        return self.inner.decide(profile, fleet, now)
+        decision = self.inner.decide(profile, fleet, now)
+        chosen = decision.chosen
+        if chosen is not None and profile.prefix_hashes:
+            # Shared at the decision, as the router's own index records it: replicas warming
+            # one fleet together then follow each other's prompts seconds before any answer
+            # is back (loadtests/sim/shared_prefixes.py measures it).
+            self._sync.note_prefix(chosen.backend, profile.prefix_hashes)
+        return decision
 
     def explain(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         return self.inner.explain(profile, fleet, now)

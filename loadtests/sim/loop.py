@@ -19,6 +19,7 @@ from loadtests.sim.fleet import SimBackend, build_fleet
 from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
+from loadtests.sim.shared_prefixes import SharedPrefixes
 from loadtests.sim.signal_schedule import SignalSchedule
 from loadtests.sim.signals import SignalModel
 from loadtests.sim.trace import Trace, TraceRequest
@@ -36,6 +37,7 @@ from routing.types import (
 
 ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
 SIGNAL = 11  # one backend's scrape or probe on its own schedule (signal_schedule.py)
+SHARE = 12  # a decision's prompt blocks reach another gateway (shared_prefixes.py)
 REJECT_SUFFIX = "+reject"
 
 
@@ -75,6 +77,7 @@ class Simulation:
         self.signals = SignalModel(scenario, self.backends, trace.gateways)
         self._schedule = SignalSchedule(scenario.signals, self.backends, scenario.seed)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
+        self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
         self.results = ResultColumns(len(trace), len(self.backends))
         self._requests = trace.requests()
         self._upcoming: TraceRequest | None = next(self._requests, None)
@@ -90,6 +93,7 @@ class Simulation:
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
             SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
             DELAY: self._delay, UNDELAY: self._undelay, SIGNAL: self._signal,
+            SHARE: self._shared.deliver,
         }  # fmt: skip
 
     def _router(self, index: int, region: str) -> Router:
@@ -171,6 +175,8 @@ class Simulation:
         self.results.routed(i, backend.index, predicted, chosen.predicted_ttft_p90_ms)
         gateway.sent(backend.index, now, request.prompt_tokens)
         self._push(now + one_way, SUBMIT, i)
+        for at, ref in self._shared.published(request.gateway, backend.name, hashes, now):
+            self._push(at, SHARE, ref)
 
     def _refuse(
         self, i: int, gateway: int, decision: Decision, profile: RequestProfile, now: float

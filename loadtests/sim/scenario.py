@@ -168,6 +168,14 @@ class Signals(_Strict):
         "the gateway does with signals.engine_metrics.others_arrivals; off by default: it "
         "pays in scenario 1 (TTFT p99) but not in scenario 2",
     )
+    shared_prefix_delay_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="the gateways share their prefix indexes through the shared state "
+        "(state.backend: redis): each decision's prompt blocks reach the other gateways' "
+        "routers this long after it, plus half the round trip between their regions "
+        "(loadtests/sim/shared_prefixes.py); None: each gateway knows only its own",
+    )
 
 
 class BackendGroup(_Strict):

@@ -96,18 +96,26 @@ def _fleet(now: float) -> FleetSnapshot:
     return FleetSnapshot(backends=backends, gateway_region="r", taken_at=now)
 
 
-async def test_prefix_served_via_one_replica_steers_the_other_replicas_router(
+async def _routers(
     make_sync: SyncFactory,
-) -> None:
+) -> tuple[SharedPrefixRouter, SharedPrefixRouter, RemotePrefixFeeder]:
+    """Two replicas' predicted-TTFT routers; what the first shares, the feeder hands the
+    second's index when drained."""
     one, two = await _pair(make_sync)
     first = SharedPrefixRouter(build_router("predicted_ttft", {}, 1), one)
     inner = build_router("predicted_ttft", {}, 2)
     recorder = prefix_recorder_of(inner)
     assert recorder is not None
-    assert prefix_recorder_of(build_router("round_robin", {}, 2)) is None  # keeps no index
     feeder = RemotePrefixFeeder(recorder)
     two.snapshot().on_remote_prefix = feeder.offer
-    second = SharedPrefixRouter(inner, two)
+    return first, SharedPrefixRouter(inner, two), feeder
+
+
+async def test_prefix_served_via_one_replica_steers_the_other_replicas_router(
+    make_sync: SyncFactory,
+) -> None:
+    first, second, feeder = await _routers(make_sync)
+    assert prefix_recorder_of(build_router("round_robin", {}, 2)) is None  # keeps no index
 
     hashes = tuple(range(9000, 9250))  # 4000 tokens: ~0.8 s predicted prefill when cold
     for served_by in ("a1", "a2"):  # whichever it was, the other replica follows
@@ -120,6 +128,22 @@ async def test_prefix_served_via_one_replica_steers_the_other_replicas_router(
         assert decision.chosen is not None and decision.chosen.backend == served_by
         assert decision.chosen.cached_tokens == 16 * len(chain)
         second.release(served_by)
+
+
+async def test_a_decision_shares_its_prompt_before_the_answer_is_back(
+    make_sync: SyncFactory,
+) -> None:
+    first, second, feeder = await _routers(make_sync)
+
+    chain = tuple(range(7000, 7250))
+    now = time.monotonic()
+    sent = first.decide(_profile(chain), _fleet(now), now).chosen  # no answer observed yet
+    assert sent is not None
+    await eventually(lambda: feeder.queued > 0, 2.0)
+    feeder.drain()
+    decision = second.decide(_profile(chain), _fleet(now), time.monotonic())
+    assert decision.chosen is not None and decision.chosen.backend == sent.backend
+    assert decision.chosen.cached_tokens == 16 * len(chain)
 
 
 async def test_failed_requests_share_nothing(make_sync: SyncFactory) -> None:
