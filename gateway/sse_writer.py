@@ -10,6 +10,12 @@ cut off (:class:`ClientTooSlow`). The socket's kernel send buffer is fixed too
 (``send_buffer_bytes``), so a stalled client cannot park megabytes in the kernel either, and the
 write timeout starts soon after the client stops reading. While it waits nothing is read from upstream, so the upstream
 socket fills and TCP pushes back on the backend. Other streams never wait for this one.
+
+After the first write (which aiohttp sends together with the buffered headers), each write is
+framed as one HTTP/1.1 chunk and handed straight to the transport: aiohttp's per-write layers
+(``StreamResponse.write`` -> ``StreamWriter.write`` -> chunk framing -> ``writelines``) cost
+every relayed event four Python calls, and the last event and the chunked terminator go out
+in one write instead of two.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import socket
 from collections.abc import Callable, Mapping
 
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 
 from gateway.config import StreamsConfig
 from gateway.impossible import ImpossibleState
@@ -46,6 +53,9 @@ class SseWriter:
         self._send_buffer = config.send_buffer_bytes
         self._upstream_held: Callable[[], int] = lambda: 0
         self.max_buffered = 0  # most bytes held for this stream: client transport + upstream
+        # Set once the headers went out with a first write: later chunks bypass aiohttp's writer.
+        self._raw: asyncio.Transport | None = None
+        self._chunked: StreamWriter | None = None  # aiohttp's writer, told what was sent
 
     @property
     def started(self) -> bool:
@@ -84,20 +94,43 @@ class SseWriter:
 
     async def write(self, data: bytes) -> None:
         """Write, then wait while the client is behind."""
-        if self.response is None:
+        transport = self._raw
+        if transport is None:
+            transport = await self._first_write(data)
+        elif not data:
+            return  # an empty chunk would be the body's terminator
+        else:
+            if transport.is_closing():
+                raise ConnectionResetError("client connection closed")
+            frame = b"%x\r\n%b\r\n" % (len(data), data)
+            if self._chunked is not None:
+                self._chunked.output_size += len(frame)
+            transport.write(frame)
+        await self._after_write(transport)
+
+    async def _first_write(self, data: bytes) -> asyncio.Transport:
+        """Through aiohttp's writer, which sends the buffered headers with it."""
+        response = self.response
+        if response is None:
             raise ImpossibleState("an SSE write before the response started")
         if len(data) > self._high // 4:
             # A write this large can fill the buffer by itself; aiohttp may wait inside it.
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    await self.response.write(data)
+                    await response.write(data)
             except TimeoutError:
                 raise ClientTooSlow(self._too_slow()) from None
         else:
-            await self.response.write(data)
+            await response.write(data)
         transport = self.request.transport
         if transport is None:
             raise ConnectionResetError("client connection closed")
+        writer = self.request.writer
+        if isinstance(writer, StreamWriter) and writer.chunked and not response.compression:
+            self._raw, self._chunked = transport, writer  # always, for SSE
+        return transport
+
+    async def _after_write(self, transport: asyncio.Transport) -> None:
         queued = transport.get_write_buffer_size()
         self._note_held(queued)
         if queued > self._high:
@@ -120,9 +153,23 @@ class SseWriter:
         await self.write(comment("keepalive"))
 
     async def end(self, last: bytes) -> None:
-        await self.write(last)
-        if self.response is not None:  # write() raised otherwise
-            await self.response.write_eof()
+        """The last bytes and the chunked terminator, in one write."""
+        transport, response, writer = self._raw, self.response, self._chunked
+        if transport is None or response is None or writer is None:
+            await self.write(last)
+            if self.response is not None:  # write() raised otherwise
+                await self.response.write_eof()
+            return
+        if transport.is_closing():
+            raise ConnectionResetError("client connection closed")
+        frame = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last)
+        writer.output_size += len(frame)
+        transport.write(frame)
+        # The terminator is written: aiohttp's write_eof must not write another one. Unchunked,
+        # with nothing left to write, it only marks the response finished (keep-alive intact).
+        writer.chunked = False
+        await response.write_eof()
+        await self._after_write(transport)
 
     def abort(self) -> None:
         """Cut the client off (it is too slow): no more bytes, the connection closes."""

@@ -145,20 +145,12 @@ class UpstreamExchange:
         if not self.saw_done:
             async for batch in self.batches():
                 for event in batch:
-                    if not self._took_timing(event):
-                        yield event
+                    yield event
 
-    async def all_batches(self) -> AsyncIterator[list[SseEvent]]:
+    def all_batches(self) -> AsyncIterator[list[SseEvent]]:
         """Every event of the stream, grouped by the upstream read that brought them, so a
         door can hand one read's events to its transport in one write."""
-        first = [event for event in self.first_events if not self._took_timing(event)]
-        if first:
-            yield first
-        if not self.saw_done:
-            async for batch in self.batches():
-                kept = [event for event in batch if not self._took_timing(event)]
-                if kept:
-                    yield kept
+        return self.batches(with_first=True)
 
     def _took_timing(self, event: SseEvent) -> bool:
         """End-of-stream timing from upstream — a downstream gateway's summary, or a backend's
@@ -176,9 +168,16 @@ class UpstreamExchange:
         self.downstream_hops = hops
         return True
 
-    async def batches(self) -> AsyncIterator[list[SseEvent]]:
-        """The events after the first token, one list per upstream read, as they arrive; the
-        events before a broken one are yielded before the error is raised."""
+    async def batches(self, *, with_first: bool = False) -> AsyncIterator[list[SseEvent]]:
+        """The events after the first token (``with_first``: those read with it first), one
+        list per upstream read, as they arrive; the events before a broken one are yielded
+        before the error is raised. End-of-stream timing comments are taken, not yielded."""
+        if with_first:
+            first = [event for event in self.first_events if not self._took_timing(event)]
+            if first:
+                yield first
+            if self.saw_done:
+                return
         splitter = self.splitter
         if splitter is None:  # only a streaming attempt's first read leaves one
             raise StreamBroken("internal_error", "the stream has no SSE reader", 500)
@@ -191,6 +190,8 @@ class UpstreamExchange:
             batch: list[SseEvent] = []
             try:
                 for event in events:
+                    if event.data is None and self._took_timing(event):
+                        continue  # a comment never ends, breaks or counts in any grammar
                     self._check(event, ended=not chunk)
                     batch.append(event)
             except StreamBroken:

@@ -28,13 +28,6 @@ from gateway.token_events import answer_shaped, chunk_output
 Obj = dict[str, Any]
 
 
-def _nulls_only(data: bytes, key: bytes) -> bool:
-    """Every occurrence of the quoted ``key`` is followed by ``:null`` (compact JSON). A string
-    value cannot contain an unescaped quote, so these bytes can only be that key or a string
-    equal to its name; both make this False and the event is parsed in full."""
-    return data.count(key) == data.count(key + b":null")
-
-
 def _object(event: SseEvent) -> Obj | None:
     if event.data is None or event.is_done:
         return None
@@ -93,17 +86,23 @@ class Grammar:
         None: the event needs :meth:`parse` and the rest. Equal to the full path by
         construction, checked against it in tests/gateway/doors/test_grammar_plain.py."""
         data = event.data
+        # Every quoted "usage" / "finish_reason" followed by :null (compact JSON). A string
+        # value cannot contain an unescaped quote, so those bytes can only be that key or a
+        # string equal to its name; both send the event down the full path.
         if (
             data is None
             or data[:1] != b"{"
             or b"\\u" in data
             or b'"error"' in data
-            or not _nulls_only(data, b'"usage"')
-            or not _nulls_only(data, b'"finish_reason"')
+            or data.count(b'"usage"') != data.count(b'"usage":null')
+            or data.count(b'"finish_reason"') != data.count(b'"finish_reason":null')
         ):
             return None
-        obj = _object(event)
-        return None if obj is None else chunk_output(obj)  # malformed: None, the full path
+        try:
+            obj = orjson.loads(data)  # starts with "{": never [DONE]
+        except orjson.JSONDecodeError:
+            return None  # malformed: the full path says so
+        return chunk_output(obj) if isinstance(obj, dict) else None
 
     def _finishes(self, obj: Obj) -> bool:
         choices = obj.get("choices") or ()
