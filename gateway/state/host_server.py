@@ -26,7 +26,7 @@ from gateway.state.host_wire import (
     read_message,
 )
 from gateway.state.memory import MemoryStore
-from gateway.state.records import decode_batch, encode_batch
+from gateway.state.records import WriteBatch, batch_of, decode_batch, encode_batch
 from gateway.state.store import Retention
 
 log = logging.getLogger("meridian.state.host")
@@ -40,6 +40,9 @@ class HostStateServer:
         self.store = MemoryStore(retention)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # The last batch sent and its events line: every subscriber gets the same bytes, so a
+        # batch is encoded once, not once per worker.
+        self._last: tuple[WriteBatch | None, bytes] = (None, b"")
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, self.path, limit=MAX_LINE_BYTES)
@@ -88,7 +91,8 @@ class HostStateServer:
             if op == "ping":
                 await store.ping()
             elif op == "push":
-                await store.push(decode_batch(message["batch"]))
+                batch = message["batch"]  # an object; a string from an older worker
+                await store.push(decode_batch(batch) if isinstance(batch, str) else batch_of(batch))
             elif op == "pull":
                 result = encode_pull(await store.pull(float(message["since"]), message["now"]))
             elif op == "forget":
@@ -110,6 +114,13 @@ class HostStateServer:
             return {"e": f"malformed host-state {op} call: {exc!r}"}
         return {"r": result}
 
+    def _event_line(self, batch: WriteBatch) -> bytes:
+        last, encoded = self._last
+        if last is not batch:
+            encoded = b'{"b":' + encode_batch(batch) + b"}\n"
+            self._last = (batch, encoded)
+        return encoded
+
     async def _stream_events(self, writer: asyncio.StreamWriter) -> None:
         events = self.store.events()
         ticks = _with_ticks(events)
@@ -118,7 +129,7 @@ class HostStateServer:
                 if batch is None:
                     writer.write(b'{"tick":true}\n')
                 else:
-                    writer.write(b'{"b":' + encode_batch(batch) + b"}\n")
+                    writer.write(self._event_line(batch))
                 await writer.drain()
         finally:
             await ticks.aclose()  # first: it cancels the read it has pending on ``events``

@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
+
 from gateway.state.errors import StateUnavailable, unavailable
 from gateway.state.host_wire import (
     MAX_LINE_BYTES,
@@ -36,25 +38,34 @@ class HostStore:
         self._timeout_s = op_timeout_s
         self._lock = asyncio.Lock()
         self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        # How the coordinator's events line of a batch this store pushed begins: the
+        # coordinator sends every batch to every subscriber, and a worker's own come back
+        # to it. Those lines are dropped unread (``SharedView.apply_batch`` ignores them).
+        self._own_lines: tuple[bytes, ...] = ()
 
     @property
     def kind(self) -> str:
         return "host"
 
+    @property
+    def events_lossless(self) -> bool:
+        return True  # one connection; the coordinator closes it rather than drop a batch
+
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_unix_connection(self.path, limit=MAX_LINE_BYTES)
 
-    async def _call(self, op: str, **args: Any) -> Any:
+    async def _call(self, op: str, raw: bytes | None = None, **args: Any) -> Any:
+        """One call: ``{"op": op, **args}``, or ``raw``, that call's line already encoded."""
         async with self._lock:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     if self._conn is None:
                         self._conn = await self._connect()
                     reader, writer = self._conn
-                    writer.write(line({"op": op, **args}))
+                    writer.write(raw or line({"op": op, **args}))
                     await writer.drain()
-                    raw = await reader.readline()
-                if not raw:
+                    answer_line = await reader.readline()
+                if not answer_line:
                     raise ConnectionResetError("coordinator closed the connection")
             except (OSError, TimeoutError, ValueError) as exc:
                 self._drop()
@@ -62,7 +73,7 @@ class HostStore:
             except BaseException:
                 self._drop()  # cancelled mid-call: the answer would belong to the next call
                 raise
-        answer = read_message(raw)
+        answer = read_message(answer_line)
         if "e" in answer:
             raise unavailable(f"host state {op}: {answer['e']}")
         return answer.get("r")
@@ -76,18 +87,30 @@ class HostStore:
         await self._call("ping")
 
     async def push(self, batch: WriteBatch) -> None:
-        await self._call("push", batch=encode_batch(batch).decode())
+        own = b'{"b":{"r":' + orjson.dumps(batch.replica) + b","  # encode_batch's first key
+        if own not in self._own_lines:
+            self._own_lines = (*self._own_lines, own)
+        # the batch as an object inside the call, not as JSON text escaped into a string
+        await self._call("push", raw=b'{"op":"push","batch":' + encode_batch(batch) + b"}\n")
 
     async def pull(self, since: float, now: float) -> SharedPull:
         return decode_pull(await self._call("pull", since=since, now=now))
 
     async def events(self) -> AsyncIterator[WriteBatch | None]:
+        writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self._timeout_s):
                 reader, writer = await self._connect()
                 writer.write(line({"op": "events"}))
                 await writer.drain()
-        except (OSError, TimeoutError) as exc:
+                # The coordinator's first line (a tick) says it has subscribed us: only from
+                # then on is every batch ours to read (``events_lossless``).
+                subscribed = await reader.readline()
+            if not subscribed:
+                raise ConnectionResetError("coordinator closed the connection")
+        except (OSError, TimeoutError, ValueError) as exc:
+            if writer is not None:
+                writer.close()
             raise unavailable(f"host state events: {type(exc).__name__}: {exc}") from None
         try:
             yield None  # subscribed
@@ -99,6 +122,8 @@ class HostStore:
                     raise unavailable(f"host state events: {type(exc).__name__}: {exc}") from None
                 if not raw:
                     raise unavailable("host state events: coordinator closed the connection")
+                if self._own_lines and raw.startswith(self._own_lines):
+                    continue
                 yield decode_event(read_message(raw))
         finally:
             writer.close()

@@ -18,7 +18,7 @@ from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
 from gateway.state.records import (
     SharedPull,
     TokenResult,
-    decode_batch,
+    batch_of,
     decode_ejection,
     decode_signal,
     encode_ejection,
@@ -96,7 +96,7 @@ def decode_summary(data: Any, kind: str) -> StoreSummary:
 def decode_event(message: dict[str, Any]) -> Any:
     """A ``WriteBatch`` from an events line, or None for a tick."""
     if "b" in message:
-        return decode_batch(orjson.dumps(message["b"]))
+        return batch_of(message["b"])
     return None
 
 

@@ -8,7 +8,6 @@ run unchanged against both implementations.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from gateway.state.prefix_bounds import merge_newer, trim
 from gateway.state.records import Ejection, SharedPull, SignalRecord, TokenResult, WriteBatch
 from gateway.state.store import Retention, StoreSummary
 
-_EVENT_QUEUE = 1024  # a slow subscriber loses events, then catches up on the next refresh
+_EVENT_QUEUE = 1024  # a subscriber this far behind is dropped (its reader pulls everything)
 
 
 @dataclass(slots=True)
@@ -54,10 +53,15 @@ class MemoryStore:
         self._sweep_buckets_at = _BUCKETS_BEFORE_SWEEP
         self._expired_at = float("-inf")  # wall time of the last pass over leases and buckets
         self._subscribers: set[asyncio.Queue[WriteBatch]] = set()
+        self._fell_behind: set[asyncio.Queue[WriteBatch]] = set()  # their events() ends
 
     @property
     def kind(self) -> str:
         return "memory"
+
+    @property
+    def events_lossless(self) -> bool:
+        return True
 
     async def ping(self) -> None:
         return None
@@ -73,9 +77,12 @@ class MemoryStore:
             trim(index, now - keep.prefix_ttl_s, keep.prefix_blocks_per_backend)
         self._signals.update(batch.signals)
         self._ejections.update(batch.ejections)
-        for queue in self._subscribers:
-            with contextlib.suppress(asyncio.QueueFull):
+        for queue in list(self._subscribers):
+            try:
                 queue.put_nowait(batch)
+            except asyncio.QueueFull:  # never lose a batch silently: end that subscription
+                self._subscribers.discard(queue)
+                self._fell_behind.add(queue)
 
     def _expire(self, now: float) -> None:
         """Free what has outlived its TTL (what Redis's key expiry and trims free there): a
@@ -118,7 +125,9 @@ class MemoryStore:
         oldest = max(since, now - keep.prefix_ttl_s)
         return SharedPull(
             in_flight={r: dict(counts) for r, (counts, _) in self._in_flight.items()},
-            prefix={
+            prefix={}  # nothing was seen after now: no pass over every block
+            if since > now
+            else {
                 backend: {h: t for h, t in blocks.items() if t >= oldest}
                 for backend, blocks in self._prefix.items()
             },
@@ -133,10 +142,11 @@ class MemoryStore:
         self._subscribers.add(queue)
         try:
             yield None  # subscribed
-            while True:
+            while queue not in self._fell_behind:
                 yield await queue.get()
         finally:
             self._subscribers.discard(queue)
+            self._fell_behind.discard(queue)
 
     async def forget_replica(self, replica: str) -> None:
         self._in_flight.pop(replica, None)

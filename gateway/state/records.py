@@ -138,7 +138,12 @@ def encode_batch(batch: WriteBatch) -> bytes:
 
 
 def decode_batch(raw: bytes | str) -> WriteBatch:
-    data = _loads(raw)
+    return batch_of(_loads(raw))
+
+
+def batch_of(data: Any) -> WriteBatch:
+    """A ``WriteBatch`` from ``encode_batch``'s JSON already parsed (e.g. as part of a larger
+    message: no second encoding round trip)."""
     try:
         in_flight = data["i"]
         return WriteBatch(

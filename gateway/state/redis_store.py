@@ -64,6 +64,10 @@ class RedisStore:
     def kind(self) -> str:
         return "redis-cluster" if isinstance(self._client, RedisCluster) else "redis"
 
+    @property
+    def events_lossless(self) -> bool:
+        return False  # redis-py may resubscribe after a broken connection without telling us
+
     async def _op(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
             async with asyncio.timeout(self._timeout_s):

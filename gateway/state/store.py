@@ -33,6 +33,12 @@ class StateStore(Protocol):
     @property
     def kind(self) -> str: ...
 
+    @property
+    def events_lossless(self) -> bool:
+        """True when ``events()`` delivers every batch pushed while it is subscribed or else
+        ends (so a reader that stayed subscribed needs no delta pull of prefix blocks). Redis
+        pub/sub is not: its client may reconnect a subscription silently."""
+
     async def ping(self) -> None: ...
 
     async def push(self, batch: WriteBatch) -> None:
@@ -44,8 +50,9 @@ class StateStore(Protocol):
 
     def events(self) -> AsyncIterator[WriteBatch | None]:
         """Batches pushed by any replica (including this one), as they are announced, and
-        ``None`` once subscribed and then whenever idle (a liveness tick). Ends by raising
-        ``StateUnavailable`` when the subscription breaks; call again to resubscribe."""
+        ``None`` once subscribed and then whenever idle (a liveness tick). Ends (by raising
+        ``StateUnavailable``, or by returning when a slow reader fell behind) when the
+        subscription breaks; call again to resubscribe."""
 
     async def forget_replica(self, replica: str) -> None:
         """Drop a replica's in-flight counts now (clean shutdown)."""

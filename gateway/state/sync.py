@@ -81,6 +81,10 @@ class SharedStateSync:
         self._last_pull_wall = 0.0
         self._last_heartbeat = float("-inf")
         self._events_live = False
+        self._subscriptions = 0  # events subscriptions made so far: which one is live
+        self._pulled_under: int | None = None  # the subscription live when the last pull began
+        self.pulls = 0  # refreshes done
+        self.prefix_pulls = 0  # of them, those that asked the store for prefix blocks
 
     @classmethod
     def from_config(
@@ -208,7 +212,16 @@ class SharedStateSync:
         now = self._wall()
         margin = max(2 * self._config.intervals.refresh_s, 1.0)  # writers' clocks and lag
         since = 0.0 if self._need_full_pull else self._last_pull_wall - margin
+        live = self._subscriptions if self._events_live else None
+        if not self._need_full_pull and live is not None and live == self._pulled_under:
+            # Subscribed since before the last pull began, to a store that ends a subscription
+            # rather than lose a batch: every block written since came as an event.
+            since = now + 1.0  # later than anything: no prefix blocks in this pull
+        else:
+            self.prefix_pulls += 1
         pull = await self._call("pull", lambda: self._store.pull(since, now))
+        self._pulled_under = live if self._store.events_lossless else None
+        self.pulls += 1
         self._view.apply_pull(pull, self._wall(), with_prefix=False)
         for backend, blocks in pull.prefix.items():
             self._view.merge_prefix(backend, blocks)
@@ -241,6 +254,8 @@ class SharedStateSync:
             return
         try:
             async for batch in self._store.events():
+                if not self._events_live:
+                    self._subscriptions += 1
                 self._events_live = True
                 if batch is not None:
                     self._view.apply_batch(batch, self._wall())
