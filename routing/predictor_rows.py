@@ -23,18 +23,19 @@ queue term counts; it is what long-form output is predicted with.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from routing.fleet_view import FleetView
+from routing.fleet_view import FleetView, Rows
 from routing.learned_columns import LearnedColumns
 from routing.load import LoadColumns
 from routing.predictor_params import PredictorParams
 
 _INF = float("inf")
 _NAN = float("nan")
+VECTOR_MIN_ROWS = 12  # changed rows from which ``RowTerms.sync`` recomputes them as arrays
 
 
 class Evidence(NamedTuple):
@@ -115,6 +116,10 @@ class RowTerms:
         # Row -> what a candidate's breakdown reads that no request changes (``evidence``),
         # read once per row until the row changes: a decision captures four candidates.
         self._evidence: dict[int, Evidence] = {}
+        # From this many changed rows on (a new layout, a scrape of the whole fleet, a peer
+        # group's pooled estimate moving) they are recomputed as arrays: the same operations
+        # in the same order as ``_row``, so the same floats (tests/routing/test_row_terms.py).
+        self.vector_min = VECTOR_MIN_ROWS
 
     def sync(
         self,
@@ -126,13 +131,16 @@ class RowTerms:
         view_rows = None if self._view is not view else view.changed_since(self._version)
         if view_rows is None or learned_rows is None or load.generation != self._load_generation:
             self._allocate(view, load)
-            rows: Iterable[int] = range(len(view))
+            rows: range | set[int] = range(len(view))
             load.drain()
         else:
             rows = load.drain().union(view_rows, learned_rows)
         self._version = view.version
-        for row in rows:
-            self._row(view, load, learned, row)
+        if len(rows) >= self.vector_min:
+            self._rows_at_once(view, load, learned, np.array(sorted(rows), dtype=np.intp))
+        else:
+            for row in rows:
+                self._row(view, load, learned, row)
         self.arriving = bool(self._arriving_rows)
         self.hedging = bool(self._hedged_rows)
 
@@ -159,6 +167,7 @@ class RowTerms:
         self._budget = view.step_budget.tolist()
         self._overhead = view.overhead_ms.tolist()
         self._home = [region == home for region in view.regions]
+        self._home_mask = np.array(self._home, dtype=np.bool_)
         # Every prompt up to this many tokens is prefilled in one step on every backend.
         self.min_room = float((view.step_budget - view.max_num_seqs).min()) if size else 0.0
         self.scaling_rows = np.flatnonzero(view.serverless & np.isfinite(view.idle_timeout_s))
@@ -253,6 +262,75 @@ class RowTerms:
         self.batch[row] = batch
         if row in self._scaling:
             self._cold_inputs(view, load, row)
+
+    def _rows_at_once(
+        self, view: FleetView, load: LoadColumns, learned: LearnedColumns, rows: Rows
+    ) -> None:
+        """``_row`` for every row of ``rows`` (ascending) with array operations."""
+        p = self.params
+        listed = rows.tolist()
+        for row in listed:
+            self._evidence.pop(row, None)
+        where = np.where
+        rtt = view.rtt_ms[rows]
+        fallback = where(self._home_mask[rows], p.same_region_rtt_ms, p.unknown_rtt_ms)
+        rtt = where(rtt != rtt, fallback, rtt)
+        seqs, depth = view.max_num_seqs[rows], load.depth[rows]
+        metrics, local = view.has_metrics[rows], load.local[rows]
+        work = load.prefilling.work_ms
+        own_ms = where(metrics, np.array([work[row] for row in listed]), 0.0)
+        unprefilled = where(metrics, load.waiting[rows], where(local > seqs, local - seqs, 0.0))
+        batch = where(depth < seqs, depth, seqs)
+        slope = p.itl_batch_slope
+        scale = 1.0 + slope * (batch / seqs - 0.5)
+        decode = where(
+            batch != 0.0, learned.step_itl_ms[rows] * where(scale > 0.25, scale, 0.25), 0.0
+        )
+        room = view.step_budget[rows] - batch
+        room = where(room > 1.0, room, 1.0)
+        rate = learned.prefill_rate[rows]
+        with_steps = 1.0 + decode * rate / (1000.0 * room)
+        typical = learned.prefill_ms[rows]
+        default = 1000.0 * p.default_prompt_tokens / rate
+        per_queued = typical * with_steps
+        per_waiting = where(typical > default, typical, default) * with_steps
+        slots_ahead = where(depth + 1.0 > seqs, depth + 1.0 - seqs, 0.0)
+        queue_scale, itl_ms = learned.queue_scale[rows], learned.itl_ms[rows]
+        slot_ms = queue_scale * learned.service_ms[rows] / seqs
+        queue = slots_ahead * slot_ms + queue_scale * (unprefilled * per_waiting + own_ms)
+        hedge = where(queue_scale < 1.0, (1.0 - queue_scale) * own_ms, 0.0)
+        self.hedge[rows] = hedge
+        self._hedged_rows.difference_update(listed)
+        self._hedged_rows.update(rows[hedge != 0.0].tolist())
+        overhead = view.overhead_ms[rows]
+        self.rtt[rows], self.queue[rows], self.decode[rows], self.step_room[rows] = (
+            rtt, queue, decode, room,
+        )  # fmt: skip
+        base = rtt + queue + 0.5 * decode + learned.bias_ms[rows] + overhead
+        self.base[rows] = base
+        self.base_and_step[rows] = base + decode
+        window = (0.5 * rtt + overhead + queue + per_queued) / 1000.0
+        window_s, typical_ms = load.prefilling.window_s, load.prefilling.typical_ms
+        for row, window_row, per_queued_row in zip(
+            listed, window.tolist(), per_queued.tolist(), strict=True
+        ):
+            window_s[row], typical_ms[row] = window_row, per_queued_row
+        arrivals = queue_scale * 1000.0 * view.others_uncached[rows] / rate * with_steps
+        self.arrivals[rows] = arrivals
+        self.arrival_window[rows] = (queue + per_queued) / 1000.0
+        rps = view.others_requests[rows]
+        self.arrival_rps[rows] = rps
+        self._arriving_rows.difference_update(listed)
+        self._arriving_rows.update(rows[(arrivals != 0.0) | (rps != 0.0)].tolist())
+        self.slot_ms[rows], self.free_slots[rows] = slot_ms, seqs - depth - 1.0
+        joined = where(depth + 1.0 < seqs, depth + 1.0, seqs)
+        scale = 1.0 + slope * (joined / seqs - 0.5)
+        self.itl[rows] = itl_ms * where(scale > 0.25, scale, 0.25)
+        self.others[rows] = where(depth < seqs, batch * itl_ms * slope / seqs, 0.0)
+        self.batch[rows] = batch
+        for row in listed:
+            if row in self._scaling:
+                self._cold_inputs(view, load, row)
 
     def batch_scale(self, batch: float, seqs: float) -> float:
         """ITL at ``batch`` running over ITL at a half-full batch."""
