@@ -7,7 +7,7 @@
 The goal is stated as the CPU time of ``meridian sim SCENARIO --policies predicted_ttft
 --requests 100000`` (100 backends), and on this shared machine that time moves by +-15% with
 the load: two checkouts timed an hour apart cannot be compared. So every round runs the sim
-once per side, in turn, each in its own process with its own ``routing/`` and ``loadtests/``
+once per side (``meridian sim``), in turn, each in its own process with its own code
 (``PYTHONPATH`` and working directory: the side's checkout, e.g. ``git worktree add --detach
 DIR main``), and the table gives each side's median and lowest CPU seconds (user + system of
 that process, from ``wait4``), wall time, and CPU against this checkout's. Every side runs the
@@ -36,7 +36,7 @@ def run_side(src: Path, scenario: Path, policy: str, requests: int) -> dict[str,
     """One sim run with ``src``'s code: its CPU seconds (user, system) and wall seconds."""
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as out:
         command = [
-            sys.executable, "-m", "loadtests.sim.cli", str(scenario), "--policies", policy,
+            sys.executable, "-m", "gateway.cli", "sim", str(scenario), "--policies", policy,
             "--requests", str(requests), "--no-plots", "--out", out,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(src)}
