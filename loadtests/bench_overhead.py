@@ -33,8 +33,9 @@ from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import Workload, parse_workload
 from loadtests.cpu_ledger import CpuLedger, CpuReading, format_ledger
 from loadtests.peer_servers import tree_cpu_s
-from loadtests.processes import emulated_backend, gateway, mock_backend
+from loadtests.processes import ADMIN_URLS, emulated_backend, gateway, mock_backend
 from loadtests.results_file import fmt, write_results
+from loadtests.worker_balance import fetch_requests_by_worker, format_balance
 
 MODEL = "overhead-model"
 ENGINE = {
@@ -78,6 +79,8 @@ class Level:
     )  # other checkouts, --src-workers each
     # --cpu-ledger: per side, the CPU of every process of the run and of the rest of the machine
     cpu: dict[str, CpuReading] = dataclasses.field(default_factory=dict)
+    # --cpu-ledger: requests each worker of a --workers N > 1 gateway served since it started
+    balance: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     def added(self, field: str, side: Side | None = None) -> float | None:
         a, b = getattr(self.direct, field), getattr(side or self.gateway, field)
@@ -204,8 +207,15 @@ async def measure(
                         spent[names[url]] = used if earlier is None else earlier.plus(used)
             sides = {n: _merged(results) for n, results in through.items()}
             by_src = {name: _merged(results) for name, results in others.items()}
+            multi = [url for n, url in urls.items() if n > 1]
+            multi += list(src_urls.values()) if src_workers > 1 else []
+            balance = (
+                {names[url]: await fetch_requests_by_worker(ADMIN_URLS[url]) for url in multi}
+                if cpu
+                else {}
+            )
             levels.append(
-                Level(concurrency, _merged(direct), sides[counts[0]], sides, by_src, spent)
+                Level(concurrency, _merged(direct), sides[counts[0]], sides, by_src, spent, balance)
             )
     return levels
 
@@ -332,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         for side, used in level.cpu.items():
             requests = _side_requests(level, side)
             print(format_ledger(f"c={level.concurrency} {side}", used, requests))
+        for side, counts in level.balance.items():
+            print(format_balance(f"c={level.concurrency} {side}", counts))
     payload = {
         "benchmark": "gateway_overhead",
         "load_average": os.getloadavg(),
@@ -345,10 +357,11 @@ def main(argv: list[str] | None = None) -> int:
                 **{
                     k: v
                     for k, v in asdict(level).items()
-                    if k not in {"by_workers", "by_src", "cpu"}
+                    if k not in {"by_workers", "by_src", "cpu", "balance"}
                 },
                 "cpu_s": {side: dict(used.by_label) for side, used in level.cpu.items()},
                 "cpu_wall_s": {side: used.wall for side, used in level.cpu.items()},
+                "requests_by_worker": level.balance,
                 "added": {f: level.added(f) for f in _ADDED},
                 "by_workers": {
                     str(n): {**asdict(side), "added": {f: level.added(f, side) for f in _ADDED}}
