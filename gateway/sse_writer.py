@@ -106,7 +106,12 @@ class SseWriter:
             if self._chunked is not None:
                 self._chunked.output_size += len(frame)
             transport.write(frame)
-        await self._after_write(transport)
+        queued = transport.get_write_buffer_size()
+        held = queued + self._upstream_held()  # _note_held, written out: runs every event
+        if held > self.max_buffered:
+            self.max_buffered = held
+        if queued > self._high:
+            await self._catch_up(transport)
 
     async def _first_write(self, data: bytes) -> asyncio.Transport:
         """Through aiohttp's writer, which sends the buffered headers with it."""
@@ -134,10 +139,13 @@ class SseWriter:
         queued = transport.get_write_buffer_size()
         self._note_held(queued)
         if queued > self._high:
-            try:
-                await self._wait_for_client()
-            finally:  # while we waited, the upstream reader filled up to its own limit
-                self._note_held(transport.get_write_buffer_size())
+            await self._catch_up(transport)
+
+    async def _catch_up(self, transport: asyncio.Transport) -> None:
+        try:
+            await self._wait_for_client()
+        finally:  # while we waited, the upstream reader filled up to its own limit
+            self._note_held(transport.get_write_buffer_size())
 
     async def _wait_for_client(self) -> None:
         try:

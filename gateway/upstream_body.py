@@ -22,7 +22,17 @@ class Pausable(Protocol):
 class BodyReader:
     """A response body as it arrives: what the relay reads and what aborts it from outside."""
 
-    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_high", "_size", "_waiter", "total_bytes")
+    __slots__ = (
+        "_chunks",
+        "_conn",
+        "_eof",
+        "_exc",
+        "_high",
+        "_paused",
+        "_size",
+        "_waiter",
+        "total_bytes",
+    )
 
     def __init__(self, conn: Pausable, limit: int) -> None:
         self._chunks: list[bytes] = []
@@ -33,6 +43,7 @@ class BodyReader:
         self._waiter: asyncio.Future[None] | None = None
         self._conn = conn
         self._high = 2 * limit
+        self._paused = False  # this reader paused the connection: the next read resumes it
 
     def feed(self, data: bytes) -> None:
         self._chunks.append(data)
@@ -40,6 +51,7 @@ class BodyReader:
         self.total_bytes += len(data)
         self._wake()
         if self._size > self._high:
+            self._paused = True
             self._conn.pause()
 
     def feed_eof(self) -> None:
@@ -59,6 +71,7 @@ class BodyReader:
                 waiter.set_result(None)
 
     async def _wait(self) -> None:
+        """Until bytes, the end or an error arrived (``readany`` has this loop inline)."""
         while not self._chunks and not self._eof and self._exc is None:
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
@@ -68,16 +81,23 @@ class BodyReader:
 
     async def readany(self) -> bytes:
         """What has arrived (waiting for something), b"" at the end of the body."""
-        await self._wait()
+        chunks = self._chunks
+        while not chunks and not self._eof and self._exc is None:  # _wait inline: every event
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
         if self._exc is not None:
             raise self._exc
-        chunks = self._chunks
         if not chunks:
             return b""
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._size = 0
-        self._conn.resume()
+        if self._paused:
+            self._paused = False
+            self._conn.resume()
         return data
 
     async def read(self, limit: int = -1) -> bytes:
