@@ -42,6 +42,7 @@ _MAX_BLOCKS_PER_FLUSH = 5000  # keeps one pipelined push well inside its timeout
 _REPUBLISH_BLOCKS_PER_BACKEND = 2000  # newest local blocks re-sent when the store returns
 _EVENTS_RETRY_S = 0.1  # how soon a healthy store gets (re)subscribed
 _EVENTS_BACKOFF_S = 0.5  # after a broken subscription
+_RESTAMP_S = 1.0  # a prefix chain noted this recently is not noted again (at most ttl / 10)
 
 
 def default_replica_id() -> str:
@@ -66,6 +67,7 @@ class SharedStateSync:
         self._wall = wall
         self._mono = mono
         self._view = SharedView(self.replica, retention_of(config))
+        self._restamp_s = min(_RESTAMP_S, config.bounds.prefix_ttl_s / 10)
         self._pending = PendingWrites(
             self.replica, config.bounds.pending_blocks_per_backend, _MAX_BLOCKS_PER_FLUSH
         )
@@ -109,6 +111,13 @@ class SharedStateSync:
     def note_prefix(self, backend: str, hashes: Sequence[int]) -> None:
         if hashes:
             now = self._wall()
+            # A chain's blocks are stamped together and its shorter prefixes only ever later,
+            # so a deepest block stamped within ``_restamp_s`` means the whole chain was: not
+            # sent again (a request notes its prompt at the decision and again once served).
+            # Expiry then moves by at most ``_restamp_s``.
+            deepest = self._view.stamped_at(backend, hashes[-1])
+            if deepest is not None and now - deepest < self._restamp_s:
+                return
             self._view.add_prefix(backend, hashes, now)
             self._pending.add_prefix(backend, hashes, now)
 

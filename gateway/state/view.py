@@ -53,6 +53,11 @@ class SharedView:
     def own_in_flight(self) -> Mapping[str, int]:
         return self._own_in_flight
 
+    def stamped_at(self, backend: str, block: int) -> float | None:
+        """When ``block`` of ``backend`` was last seen (wall s), by anyone; None: not held."""
+        blocks = self._prefix.get(backend)
+        return None if blocks is None else blocks.get(block)
+
     def cached_blocks(self, backend: str, hashes: Sequence[int]) -> int:
         """How many leading blocks of ``hashes`` the backend has probably cached. Hashes are
         chained, so the first miss ends the match."""
