@@ -10,8 +10,9 @@ the explored requests past their deadline (definitions: ``loadtests/issue14_goal
 
 Each scenario (and seed) runs every policy on one trace, as ``meridian sim`` does, so every
 ratio is within one run; ``--variant`` adds predicted_ttft runs with policy params laid over
-the scenario's own (say ``off:interactive_decode_weight=0,others_decode_weight=0``), shown
-beside the shipped one; the goals judge the shipped configuration. ``--seeds N``: the
+the scenario's own (say ``off:interactive_decode_weight=0,others_decode_weight=0``; a key
+``signals.<field>`` varies the scenario's signals instead, say
+``private:signals.shared_prefix_delay_s=null``), shown beside the shipped one; the goals judge the shipped configuration. ``--seeds N``: the
 scenario's own seed and N-1 more (seed + 10, + 20, ...). The simulator is deterministic per
 seed, so the numbers do not depend on how busy the machine is. ``--acceptance`` also runs
 the acceptance test with real processes (leave / return through the emulator's
@@ -78,6 +79,24 @@ def explored_deadlines(run: PolicyRun, scenario: Scenario) -> goals.ExploredDead
     )
 
 
+SIGNALS_KEY = "signals."
+
+
+def variant_scenario(scenario: Scenario, params: dict[str, Any]) -> Scenario:
+    """``scenario`` with a variant's params laid over predicted_ttft's, and its
+    ``signals.<field>`` keys over the scenario's signals (say
+    ``signals.shared_prefix_delay_s=null``: gateways that keep their prefixes to themselves)."""
+    signals = {
+        k.removeprefix(SIGNALS_KEY): v for k, v in params.items() if k.startswith(SIGNALS_KEY)
+    }
+    policy = {k: v for k, v in params.items() if not k.startswith(SIGNALS_KEY)}
+    varied = with_params(scenario, policy, scenario.seed)
+    if not signals:
+        return varied
+    merged = scenario.signals.model_validate({**scenario.signals.model_dump(), **signals})
+    return varied.model_copy(update={"signals": merged})
+
+
 def run_scenario(
     scenario: Scenario, variants: list[tuple[str, dict[str, Any]]]
 ) -> tuple[list[Summary], PolicyRun]:
@@ -94,7 +113,7 @@ def run_scenario(
         print(f"  {policy}: {time.perf_counter() - started:.1f} s", flush=True)
         ours = run if policy == goals.OURS else ours
     for name, params in variants:
-        run = simulate(with_params(scenario, params, scenario.seed), trace, goals.OURS)
+        run = simulate(variant_scenario(scenario, params), trace, goals.OURS)
         summary = summarize(run, trace, goal.ttft_ms, goal.itl_ms)
         summaries.append(dataclasses.replace(summary, policy=f"[{name}]"))
     if ours is None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from loadtests import issue14_goals as goals
-from loadtests.bench_issue14 import explored_deadlines, reproduce
+from loadtests.bench_issue14 import explored_deadlines, reproduce, variant_scenario
 from loadtests.sim.loop import simulate
 from loadtests.sim.path_events import PathReaction
 from loadtests.sim.scenario import ScenarioError, parse_scenario
@@ -138,3 +138,16 @@ def test_the_acceptance_tests_printed_seconds_become_rows() -> None:
     ]  # fmt: skip
     assert "probes stay fast: 2.50 s" in rows[2].measured and rows[0].command == "cmd"
     assert goals.acceptance_rows("2 failed", "cmd") == []
+
+
+def test_a_variant_varies_the_policys_params_and_with_signals_keys_the_scenarios_signals() -> None:
+    raw = tiny(signals={"shared_prefix_delay_s": 0.05, "engine_counters": True})
+    scenario = parse_scenario(raw, "tiny.yaml")
+    assert not isinstance(scenario, ScenarioError)
+    varied = variant_scenario(
+        scenario, {"signals.shared_prefix_delay_s": None, "others_prefill_weight": 0.5}
+    )
+    assert varied.signals.shared_prefix_delay_s is None
+    assert varied.signals.engine_counters  # the rest of the signals as they were
+    assert varied.policy_params["predicted_ttft"]["others_prefill_weight"] == 0.5
+    assert variant_scenario(scenario, {}).signals == scenario.signals
