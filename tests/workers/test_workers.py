@@ -67,10 +67,10 @@ class Served:
             assert r.status == 200
             return await r.text()
 
-    async def chat(self, max_tokens: int = 4) -> bytes:
+    async def chat(self, max_tokens: int = 4, content: str = "hello") -> bytes:
         body = {
             "model": MODEL,
-            "messages": [{"role": "user", "content": "hello"}],
+            "messages": [{"role": "user", "content": content}],
             "max_tokens": max_tokens,
             "stream": True,
         }
@@ -185,6 +185,24 @@ async def test_workers_route_as_one(tmp_path: Path) -> None:
                 stream.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await stream
+
+
+async def test_workers_share_the_prefix_index(tmp_path: Path, backend_url: str) -> None:
+    """Prompt blocks one worker served reach the other worker's router (its prefix feed),
+    through the host coordinator's events: each worker reports blocks fed from its peer."""
+    async with _serve(tmp_path, backend_url) as served:
+        fed: dict[str, int] = {}
+        sent = 0
+
+        async def both_fed() -> bool:
+            nonlocal sent
+            sent += 1  # a new prompt each time (many blocks), on a connection the kernel places
+            await served.chat(content=f"request {sent}: " + "a shared document. " * 200)
+            state = await served.get_json("/v1/meridian/state")
+            fed[state["health"]["replica"]] = state["prefix_fed_blocks"]
+            return len(fed) == 2 and all(blocks > 0 for blocks in fed.values())
+
+        await _wait_for(both_fed)
 
 
 async def _stream_started(backend: Any) -> bool:
