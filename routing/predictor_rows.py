@@ -35,7 +35,7 @@ from routing.predictor_params import PredictorParams
 
 _INF = float("inf")
 _NAN = float("nan")
-VECTOR_MIN_ROWS = 12  # changed rows from which ``RowTerms.sync`` recomputes them as arrays
+VECTOR_MIN_ROWS = 40  # changed rows from which ``RowTerms.sync`` recomputes them as arrays
 
 
 class Evidence(NamedTuple):
@@ -116,9 +116,11 @@ class RowTerms:
         # Row -> what a candidate's breakdown reads that no request changes (``evidence``),
         # read once per row until the row changes: a decision captures four candidates.
         self._evidence: dict[int, Evidence] = {}
-        # From this many changed rows on (a new layout, a scrape of the whole fleet, a peer
-        # group's pooled estimate moving) they are recomputed as arrays: the same operations
-        # in the same order as ``_row``, so the same floats (tests/routing/test_row_terms.py).
+        # From this many changed rows on (a new layout, a scrape of the whole fleet, a large
+        # peer group's pooled estimate moving) they are recomputed as arrays: the same
+        # operations in the same order as ``_row``, so the same floats
+        # (tests/routing/test_row_terms.py). The arrays' ~60 calls cost what ~32-40 rows one
+        # by one do on this VM (docs/results/perf-issue16.md, session 6).
         self.vector_min = VECTOR_MIN_ROWS
 
     def sync(
