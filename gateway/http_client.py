@@ -11,7 +11,10 @@ response is parsed by ``httptools`` (llhttp, the parser of Node.js and uvicorn) 
 the relay reads. A head longer than :data:`MAX_HEAD_BYTES` is refused as malformed.
 
 Back-pressure as aiohttp's: the socket stops being read while more than twice ``read_bufsize``
-bytes wait unread. Errors are aiohttp's types (the relay and ``gateway/scrub.py`` classify them):
+bytes wait unread. The socket is read into a buffer of :func:`read_chunk_bytes` (a quarter of
+``read_bufsize``, at least 4 KiB), never more at once: uvloop's own reads take up to 256,000
+bytes, and everything one read brings is fed before the pause can take effect, so one read
+could carry a stream far past its bound. Errors are aiohttp's types (the relay and ``gateway/scrub.py`` classify them):
 a connection closed before the response head is :class:`aiohttp.ServerDisconnectedError`, one
 closed mid-body :class:`aiohttp.ClientPayloadError`, unparsable bytes
 :class:`aiohttp.ClientResponseError`.
@@ -185,11 +188,17 @@ class UpstreamResponse:
             conn.done(self, reusable=False)
 
 
-class UpstreamConnection(asyncio.Protocol):
+def read_chunk_bytes(read_bufsize: int) -> int:
+    """The most one socket read takes for a response whose reader holds ``read_bufsize``."""
+    return max(4096, read_bufsize // 4)
+
+
+class UpstreamConnection(asyncio.BufferedProtocol):
     """One keep-alive connection: at most one response at a time."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+        self._buffer = memoryview(bytearray(4096))  # sized for the response by send()
         self.transport: asyncio.Transport | None = None
         self.response: UpstreamResponse | None = None
         self.closed = False
@@ -201,6 +210,12 @@ class UpstreamConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one write, sent now
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         response = self.response
@@ -223,6 +238,8 @@ class UpstreamConnection(asyncio.Protocol):
         """Write ``request``; the response's head is awaited by the caller. On a connection
         that closed since it was pooled, the head fails as a disconnect (a stale retry)."""
         response = UpstreamResponse(self, limit)
+        if len(self._buffer) != (size := read_chunk_bytes(limit)):
+            self._buffer = memoryview(bytearray(size))
         if self.transport is None or self.closed or self.transport.is_closing():
             response.lost(None)
             return response

@@ -3,13 +3,17 @@
 aiohttp's ``StreamResponse.write`` hands bytes to the transport and only waits for it to drain
 once 64 KiB have been written since the last wait, so on its own a slow reader lets the
 transport's buffer grow past its high-water mark by up to that much. :class:`SseWriter` sets
-the high-water mark explicitly (half the stream's ``buffer_bytes``; the other half is the
-upstream reader's, see ``UpstreamClient.read_bufsize``) and, after a write leaves more than
-that queued, waits for the client to take it — at most ``write_timeout_s``, then the client is
+the high-water mark explicitly and, after a write leaves more than that queued, waits for the
+client to take it — at most ``write_timeout_s``, then the client is
 cut off (:class:`ClientTooSlow`). The socket's kernel send buffer is fixed too
 (``send_buffer_bytes``), so a stalled client cannot park megabytes in the kernel either, and the
 write timeout starts soon after the client stops reading. While it waits nothing is read from upstream, so the upstream
 socket fills and TCP pushes back on the backend. Other streams never wait for this one.
+
+The budget: half of ``buffer_bytes`` is the upstream reader's (``UpstreamClient.read_bufsize``
+is a quarter; it pauses its socket past twice that, one capped socket read late at most), half
+the client transport's. The relay takes at most ``read_bufsize`` from the reader per write, so
+the high-water mark is a quarter: a write that starts just under it still ends under half.
 
 After the first write (which aiohttp sends together with the buffered headers), each write is
 framed as one HTTP/1.1 chunk and handed straight to the transport: aiohttp's per-write layers
@@ -48,7 +52,7 @@ class SseWriter:
     def __init__(self, request: web.Request, config: StreamsConfig) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
-        self._high = config.buffer_bytes // 2
+        self._high = config.buffer_bytes // 4  # + one read of read_bufsize: half (module doc)
         self._timeout_s = config.write_timeout_s
         self._send_buffer = config.send_buffer_bytes
         self._upstream_held: Callable[[], int] = lambda: 0

@@ -226,8 +226,9 @@ class UpstreamExchange:
         if watch is None:  # one timer for the stream's life, not one per read
             watch = self.watch = ReadWatch(self.inter_token_s, self.deadline, self.abort)
         watch.reading()
-        try:
-            chunk = await self.response.content.readany()
+        content = self.response.content
+        try:  # at most a reader's limit per read: what one client write may add (sse_writer)
+            chunk = await content.readany(content.limit)
         except StreamAborted as aborted:  # drained, stalled, past the deadline
             raise StreamBroken(aborted.kind, str(aborted), aborted.status) from None
         except (aiohttp.ClientError, OSError) as exc:

@@ -31,6 +31,7 @@ class BodyReader:
         "_paused",
         "_size",
         "_waiter",
+        "limit",
         "total_bytes",
     )
 
@@ -43,6 +44,7 @@ class BodyReader:
         self._waiter: asyncio.Future[None] | None = None
         self._conn = conn
         self._high = 2 * limit
+        self.limit = limit  # what the relay takes per read (readany's most)
         self._paused = False  # this reader paused the connection: the next read resumes it
 
     def feed(self, data: bytes) -> None:
@@ -79,8 +81,9 @@ class BodyReader:
             finally:
                 self._waiter = None
 
-    async def readany(self) -> bytes:
-        """What has arrived (waiting for something), b"" at the end of the body."""
+    async def readany(self, most: int | None = None) -> bytes:
+        """What has arrived (waiting for something), at most ``most`` bytes of it (the rest
+        stays, counted, for the next read); b"" at the end of the body."""
         chunks = self._chunks
         while not chunks and not self._eof and self._exc is None:  # _wait inline: every event
             waiter = self._waiter = asyncio.get_running_loop().create_future()
@@ -94,8 +97,11 @@ class BodyReader:
             return b""
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
-        self._size = 0
-        if self._paused:
+        if most is not None and len(data) > most:
+            chunks.append(data[most:])
+            data = data[:most]
+        self._size = len(chunks[0]) if chunks else 0
+        if self._paused and self._size <= self._high:
             self._paused = False
             self._conn.resume()
         return data

@@ -16,7 +16,13 @@ import pytest
 from yarl import URL
 
 from gateway.config import BackendConfig, TimeoutsConfig
-from gateway.http_client import MAX_HEAD_BYTES, ConnectionPool, UpstreamResponse, header_block
+from gateway.http_client import (
+    MAX_HEAD_BYTES,
+    ConnectionPool,
+    UpstreamResponse,
+    header_block,
+    read_chunk_bytes,
+)
 from gateway.upstream import ConnectionTiming, UpstreamClient
 
 Script = Callable[["Scripted", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -264,6 +270,39 @@ async def test_a_slow_reader_stops_the_socket_being_read(serve: Serve) -> None:
     more.set()
     got = await response.read()  # reading resumes the socket
     assert got == b"x" * 1000 + b"y" * 2000 and not conn._paused
+    response.release()
+    pool.close()
+
+
+async def test_a_reader_never_holds_more_than_twice_its_limit_and_one_capped_read(
+    serve: Serve,
+) -> None:
+    """A body far larger than the reader's limit, written at once: the socket is read in
+    pieces of ``read_chunk_bytes``, so the pause holds the reader to twice its limit plus one
+    piece, and capped reads (``readany(most)``) take it out in order, to the last byte."""
+    limit = 16 * 1024
+    body = bytes(range(256)) * 800  # 204,800 bytes
+
+    async def script(
+        _: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+
+    _, url = await serve(script)
+    pool = ConnectionPool(url, 1, True)
+    response, _ = await send(pool, limit=limit)
+    conn, content = response.connection, response.content
+    piece = read_chunk_bytes(limit)
+    assert piece == 4096 and conn is not None and len(conn.get_buffer(-1)) == piece
+    got = bytearray()
+    while data := await content.readany(limit):
+        assert len(data) <= limit
+        held = content.total_bytes - len(got) - len(data)
+        assert held <= 2 * limit + piece, held
+        got += data
+    assert bytes(got) == body
     response.release()
     pool.close()
 
