@@ -15,16 +15,16 @@ way to compensate (issue 14, scenario 3). Ranking still counts our own reservati
 (``RowTerms.hedge``): the learned scale corrects the predicted TTFT, not the spreading.
 The engine step and the offset are near-collinear (a backend's step hardly varies), so when
 the step scale and the offset lean opposite ways a share of the step's deviation moves into
-the offset, prediction unchanged (``_settle_step``); else the two walk apart for ever.
-Measured: ``python -m loadtests.bench_calibration`` (docs/results/calibration.md).
-Rates and scales move multiplicatively by a clipped step (``max_log_step``) so one outlier (a
-GC pause, a retry) cannot swing the model, and they settle on the median of their samples.
-Every correction decays toward configuration when no sample refreshes it
+the offset, prediction unchanged (``offset_learning.settle_step``); else the two walk apart.
+Measured: ``python -m loadtests.bench_calibration`` (docs/results/calibration.md). Rates and
+scales move by clipped multiplicative steps (``routing.rate_learning``), the queue scale
+against the scale of the sample's own decision (an overload answers 20 s late). A slot's
+service time is what a request spent in the batch, not its wait for a slot
+(``learner_samples.in_batch_ms``). Every correction decays toward configuration when no sample refreshes it
 (``routing.learning_decay``), so one bad minute is not a permanent exile.
 
 Every estimate stays within physical reach of configuration: the prefill rate and the queue
-scale within ``max_ratio`` either way of the configured value (they multiply themselves, so
-without a bound a run of skewed samples compounds without limit), the offset between minus the
+scale within ``max_ratio`` either way of the configured value, the offset between minus the
 offsets it corrects and ``max_bias_ms``. A sample whose sign makes no sense (a prefill or a
 queue that took negative time) teaches no rate. A serverless request is judged warm or cold
 from the backend's own word (``Observation.cold_start``) or, failing that, from whether it
@@ -37,12 +37,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from routing.learner_samples import cold_start_of, ttft_of
+from routing.learner_samples import cold_start_of, in_batch_ms, ttft_of
 from routing.learner_state import BackendEstimate as BackendEstimate
 from routing.learner_state import LearnerParams as LearnerParams
 from routing.learner_state import peer_key as peer_key
 from routing.learning_decay import DecayParams, decay, sweep
-from routing.offset_learning import OffsetParams, Verdict, consider_shift, learn_bias
+from routing.offset_learning import (
+    OffsetParams,
+    Verdict,
+    consider_shift,
+    learn_bias,
+    settle_step,
+    surprise_ms,
+)
+from routing.rate_learning import learn_prefill, learn_queue, rescaled
 from routing.types import BackendSpec, Observation
 
 _P90_TAU = 0.9
@@ -64,10 +72,12 @@ class OnlineLearner:
         self.dirty_peers: set[tuple[object, ...]] = set()  # ...and groups of backends (peer_key)
         self.shifted: set[str] = set()  # backends whose offset holds a step (reconcile_rtt)
         self._stepped_now = False  # the sample being learned was (part of) a step
+        self._bound_ms = 0.0  # the surprise threshold of the sample being learned
         p = self.params
         self._offset_params = OffsetParams(
             p.bias_alpha, p.max_bias_ms, p.surprise_sigmas, p.shift_min_ms, p.shift_rel,
             p.stale_evidence_s, p.shift_confirm, p.shift_spread,
+            p.pending_clip,
         )  # fmt: skip
         self._decay_params = DecayParams(p.half_life_s, p.decay_grace_s, p.decay_tick_s)
         self._swept_at = -math.inf
@@ -122,9 +132,8 @@ class OnlineLearner:
         if obs.ttft_ms is None or obs.ttft_ms < 0:
             return
         if obs.itl_ms is not None and obs.output_tokens > 0:
-            est.service_ms = _ewma(
-                est.service_ms, obs.ttft_ms + obs.itl_ms * obs.output_tokens, alpha
-            )
+            held_ms = in_batch_ms(obs) + obs.itl_ms * obs.output_tokens
+            est.service_ms = _ewma(est.service_ms, held_ms, alpha)
         if not obs.first_token_observed:
             self._learn_ttft(est, obs, spec)
 
@@ -169,12 +178,16 @@ class OnlineLearner:
         held: float,
     ) -> None:
         """Teach the group what this sample taught the backend's slow part. A candidate step
-        teaches it as it teaches the backend's own (a little); a confirmed step is the
-        backend's own: the group does not learn it, and gives back what the candidates
-        taught it (as the backend's own slow part does)."""
-        pending = est.shift_run != 0
-        if not self._stepped_now or pending:
+        teaches it as it teaches the backend's own (with ``pending_clip``, at most the surprise
+        threshold: unclipped, every member's transient spikes feed one EWMA, and scenario 2's
+        pooled offset stood 45 ms high in its first 30 s); a confirmed step is the backend's
+        own: the group does not learn it, and gives back what the candidates taught it."""
+        pending = bool(est.shift_window)
+        if not self._stepped_now:
             self._learn_peer(obs, terms, spec)
+            return
+        if pending:
+            self._learn_peer(obs, terms, spec, self._offset_params.pending_clip * self._bound_ms)
             return
         peer = self._peers.get(peer_key(spec))
         if peer is not None and held:
@@ -185,7 +198,13 @@ class OnlineLearner:
         """What backends configured like ``spec`` (same region) taught together, if any."""
         return self._peers.get(peer_key(spec)) if self._peers else None
 
-    def _learn_peer(self, obs: Observation, terms: Mapping[str, float], spec: BackendSpec) -> None:
+    def _learn_peer(
+        self,
+        obs: Observation,
+        terms: Mapping[str, float],
+        spec: BackendSpec,
+        clip_ms: float = math.inf,
+    ) -> None:
         key = peer_key(spec)
         peer = self._peers.get(key)
         if peer is None:
@@ -194,7 +213,7 @@ class OnlineLearner:
         members = self._members[key]
         members.add(obs.backend)
         decay(peer, obs.at, self._decay_params)
-        self._blame(peer, obs, terms, spec, own=False)
+        self._blame(peer, obs, terms, spec, own=False, clip_ms=clip_ms)
         peer.observations += 1
         peer.last_at = obs.at
         # Every backend of the group (observed or not) follows the pooled estimate in batches:
@@ -216,6 +235,7 @@ class OnlineLearner:
         terms: Mapping[str, float],
         spec: BackendSpec | None,
         own: bool,
+        clip_ms: float = math.inf,
     ) -> None:
         """Blame the residual on what could have changed. A surprising residual is first
         weighed as a step of the offset (``consider_shift``: alike across request sizes, as an
@@ -238,18 +258,18 @@ class OnlineLearner:
         # what queue + prefill + step took.
         residual = variable - queue - prefill - step
         warm = fixed + queue + prefill + step
-        self._settle_step(est, step, terms)
+        settle_step(est, step, self.params.step_pull, self.params.min_term_ms)
         if own and self._stepped(est, obs, residual, warm, terms):
             self._stepped_now = True
             return  # a step of the offset (or a candidate one): no rate's to learn
         p = self.params
         if obs.queue_wait_ms is not None:
-            self._learn_queue(est, queue, obs.queue_wait_ms)
+            learn_queue(est, queue, obs.queue_wait_ms, obs, p)
             took = variable - obs.queue_wait_ms - step
             if prefill >= p.min_term_ms and not self._plausible(prefill, took):
-                self._learn_offset(est, took - prefill, terms)
+                self._learn_offset(est, took - prefill, terms, clip_ms)
             else:
-                self._learn_prefill(est, prefill, took, spec)
+                learn_prefill(est, prefill, took, spec, p)
             return
         share = max(p.dominant_share * (queue + prefill + step), p.min_term_share * warm)
         dominant = next(
@@ -262,39 +282,21 @@ class OnlineLearner:
             took = term + residual  # what the dominant term really took
             if self._plausible(term, took):
                 if dominant == "prefill":
-                    self._learn_prefill(est, prefill, took, spec)
+                    learn_prefill(est, prefill, took, spec, p)
                 elif dominant == "queue":
-                    self._learn_queue(est, queue, took)
+                    learn_queue(est, queue, took, obs, p)
                 else:
-                    est.step_scale = self._rescaled(est.step_scale, step, took)
+                    est.step_scale = rescaled(est.step_scale, step, took, p)
                 return
-        if self._queue_explains(est, queue, residual):
+        if self._queue_explains(est, queue, residual, obs):
             return
         # No variable term dominates, or the one that does would have taken an implausible
         # time, and no queue can explain it: an offset (RTT, overhead, a hop) was wrong.
-        self._learn_offset(est, residual, terms)
+        self._learn_offset(est, residual, terms, clip_ms)
 
-    def _settle_step(
-        self, est: BackendEstimate, step_ms: float, terms: Mapping[str, float]
-    ) -> None:
-        """When the step scale and the offset lean opposite ways (a faster step and a positive
-        offset, or the reverse), move a share (``step_pull``) of the step scale's log distance
-        to its prior into the offset, at this sample's step, so its prediction does not change,
-        and at most until the offset is back at zero. The engine step is nearly constant on a
-        backend (its batch moves slowly), so a slower step and an offset look alike to most
-        samples, and blaming each sample on one term let the two walk apart in compensating
-        directions (scenario 2: offsets -9 to +62 ms against step scales 2.8 to 0.25; requests
-        of other sizes, and the queue model, which counts steps, paid for it). A step that is
-        really slower, with no offset against it, is left alone."""
-        scale, bias = est.step_scale, est.bias_ms
-        if step_ms < self.params.min_term_ms or (scale - 1.0) * bias >= 0.0:
-            return
-        configured = step_ms / scale
-        moved = configured * (scale - scale ** (1.0 - self.params.step_pull))
-        moved = max(moved, -bias) if bias > 0.0 else min(moved, -bias)
-        est.step_scale, est.bias_ms = scale - moved / configured, bias + moved
-
-    def _queue_explains(self, est: BackendEstimate, queue_ms: float, residual_ms: float) -> bool:
+    def _queue_explains(
+        self, est: BackendEstimate, queue_ms: float, residual_ms: float, obs: Observation
+    ) -> bool:
         """A residual on a request that queued (behind the engine's queue or our own
         reservations ahead) is the queue's to learn when the queue can have caused it: what
         the queue took (``queue_ms + residual_ms``) is at most ``offset_ratio`` x predicted,
@@ -307,7 +309,7 @@ class OnlineLearner:
         took = queue_ms + residual_ms
         if queue_ms < p.min_term_ms or not -queue_ms <= took <= p.offset_ratio * queue_ms:
             return False
-        self._learn_queue(est, queue_ms, max(took, queue_ms / p.offset_ratio))
+        learn_queue(est, queue_ms, max(took, queue_ms / p.offset_ratio), obs, p)
         return True
 
     def _stepped(
@@ -343,6 +345,7 @@ class OnlineLearner:
         )
         implied = (term + residual_ms) * scale / term if plausible else 0.0
         floor = -sum(terms.get(k, 0.0) for k in _OFFSETS)
+        self._bound_ms = surprise_ms(est, warm_ms, self._offset_params)
         verdict = consider_shift(
             est, residual_ms, implied, plausible, warm_ms, floor, obs.at, self._offset_params
         )
@@ -353,32 +356,17 @@ class OnlineLearner:
         of its rate (a slower GPU, a slower-draining queue) rather than by an offset."""
         return 0.0 < took_ms <= self.params.offset_ratio * predicted_ms
 
-    def _learn_prefill(
-        self, est: BackendEstimate, predicted_ms: float, actual_ms: float, spec: BackendSpec | None
-    ) -> None:
-        if predicted_ms < self.params.min_term_ms or actual_ms <= 0.0 or spec is None:
-            return
-        configured = est.configured_rate = spec.prefill_tokens_per_s
-        rate = est.prefill_rate or configured
-        est.prefill_rate = configured * self._rescaled(rate / configured, actual_ms, predicted_ms)
-        est.prefill_samples += 1
-
-    def _learn_queue(self, est: BackendEstimate, predicted_ms: float, actual_ms: float) -> None:
-        est.queue_scale = self._rescaled(est.queue_scale, predicted_ms, actual_ms)
-
-    def _rescaled(self, scale: float, predicted_ms: float, actual_ms: float) -> float:
-        """A learned scale (1 = as configured or modelled) after one sample of its term."""
-        if predicted_ms < self.params.min_term_ms or actual_ms <= 0.0:
-            return scale
-        p = self.params
-        step = min(max(math.log(actual_ms / predicted_ms), -p.max_log_step), p.max_log_step)
-        learned = scale * math.exp(p.alpha * step)
-        return min(max(learned, 1.0 / p.max_ratio), p.max_ratio)
-
     def _learn_offset(
-        self, est: BackendEstimate, residual_ms: float, terms: Mapping[str, float]
+        self,
+        est: BackendEstimate,
+        residual_ms: float,
+        terms: Mapping[str, float],
+        clip_ms: float = math.inf,
     ) -> None:
-        """``residual_ms``: actual minus the warm prediction, blamed on a fixed offset."""
+        """``residual_ms``: actual minus the warm prediction, blamed on a fixed offset, at most
+        ``clip_ms`` either way (a member's candidate step teaches its peers as little as it
+        teaches the member's own slow part)."""
         # A negative offset can cancel at most the offsets it corrects (RTT, fixed overheads).
         floor = -sum(terms.get(k, 0.0) for k in _OFFSETS)
+        residual_ms = min(max(residual_ms, -clip_ms), clip_ms)
         learn_bias(est, residual_ms, floor, self._offset_params)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from routing.offset_learning import Candidate
+from routing.scale_log import ScaleLog
 from routing.types import BackendSpec
 
 
@@ -41,6 +43,9 @@ class LearnerParams:
     stale_evidence_s: float = 5.0
     shift_confirm: int = 3
     shift_spread: float = 2.0
+    # A candidate step teaches the slow part (the backend's and its peers') at most this x the
+    # surprise threshold (``routing.offset_learning``: off, inf, by default).
+    pending_clip: float = float("inf")
     # Corrections decay toward configuration when no sample refreshes them (``learning_decay``).
     half_life_s: float = 60.0
     decay_grace_s: float = 5.0
@@ -65,17 +70,14 @@ class BackendEstimate:
         "prefill_ms",
         "prefill_rate",
         "prefill_samples",
+        "queue_log",
         "queue_scale",
         "ratio_p90",
         "service_ms",
         "shift_held_ms",
-        "shift_high_ms",
-        "shift_high_ratio",
-        "shift_low_ms",
-        "shift_low_ratio",
         "shift_ms",
         "shift_rtt_ms",
-        "shift_run",
+        "shift_window",
         "step_scale",
     )
 
@@ -86,15 +88,14 @@ class BackendEstimate:
         self.prefill_rate: float | None = None
         self.prefill_samples = 0
         self.queue_scale = 1.0
+        self.queue_log = ScaleLog()  # its recent values (a late answer's decision's scale)
         self.step_scale = 1.0  # engine step (decode beside a prefill) over its model
         self.bias_ms = 0.0  # the slow, calibrating part of the offset (pooled with peers)
         self.bias_dev_ms = 0.0
         self.shift_ms = 0.0  # level shifts of this backend's offset, detected as steps
-        self.shift_run = 0
+        self.shift_window: tuple[Candidate, ...] = ()  # candidate steps (offset_learning)
         self.shift_held_ms = 0.0
         self.shift_rtt_ms: float | None = None  # the RTT the step was measured against
-        self.shift_low_ms = self.shift_high_ms = 0.0
-        self.shift_low_ratio = self.shift_high_ratio = 0.0
         self.offset_at: float | None = None
         self.configured_rate: float | None = None  # the prior ``prefill_rate`` decays toward
         self.decayed_at: float | None = None
