@@ -21,5 +21,7 @@ def test_variant_params_lie_over_the_scenarios_own() -> None:
     assert not isinstance(loaded, ScenarioError)
     changed = with_params(loaded, {"learning_rate": 0.2}, seed=13)
     assert changed.seed == 13
-    assert changed.policy_params["predicted_ttft"] == {"prewarm_share": 1.0, "learning_rate": 0.2}
-    assert loaded.policy_params["predicted_ttft"] == {"prewarm_share": 1.0}
+    own = dict(loaded.policy_params["predicted_ttft"])
+    assert own["prewarm_share"] == 1.0 and "learning_rate" not in own
+    assert changed.policy_params["predicted_ttft"] == {**own, "learning_rate": 0.2}
+    assert loaded.policy_params["predicted_ttft"] == own  # the scenario's own, untouched
