@@ -23,7 +23,6 @@ import orjson
 from gateway.chain.hop import LOOP_STATUS, ChainError, ChainErrorKind
 from gateway.doors.upstream import upstream_call
 from gateway.errors import ApiError
-from gateway.http_client import UpstreamResponse
 from gateway.inbound import InboundRequest
 from gateway.lifecycle.handles import UpstreamHold, hold_upstream
 from gateway.metrics import GatewayMetrics
@@ -34,6 +33,7 @@ from gateway.sse import SseSplitter
 from gateway.stream import OpenedStream, RouteInfo, UpstreamExchange, is_malformed
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming
+from gateway.upstream_response import UpstreamResponse
 from routing.reservation import Reservation
 from routing.types import Candidate, Observation
 

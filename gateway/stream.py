@@ -27,11 +27,11 @@ from gateway.chain.hop_timing import (
 )
 from gateway.doors.grammar import OPENAI, Grammar
 from gateway.errors import ApiError
-from gateway.http_client import UpstreamResponse
 from gateway.read_watch import ReadWatch
 from gateway.scrub import scrub
 from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
+from gateway.upstream_response import UpstreamResponse
 from routing.types import BackendSpec
 
 log = logging.getLogger("meridian.stream")

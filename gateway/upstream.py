@@ -22,7 +22,8 @@ from yarl import URL
 
 from gateway.auth.tls import backend_context
 from gateway.config import BackendConfig, TimeoutsConfig
-from gateway.http_client import ConnectionPool, UpstreamResponse, header_block
+from gateway.http_client import ConnectionPool, header_block
+from gateway.upstream_response import UpstreamResponse
 
 # Errors that mean "the pooled connection was dead", not "the backend failed".
 _STALE_CONNECTION_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)

@@ -53,64 +53,21 @@ from pathlib import Path
 from typing import Any
 
 import routing.types
+from loadtests.bench.routing_workload import (
+    BACKENDS,
+    NOW,
+    SYSTEM_PROMPTS,
+    chat_body,
+    prompt_text,
+    seeded_fleet,
+)
 from routing.policies import build_router
 from routing.prefix import block_hashes, canonical_chat
 from routing.profile import profile_from_chat
-from routing.types import BackendKind, BackendSpec, BackendState, FleetSnapshot, Observation
+from routing.types import FleetSnapshot, Observation
 
 # Marks a snapshot with what changed since the one before (None: a checkout without it).
 _built_from = getattr(routing.types, "built_from", None)
-
-BACKENDS = 100
-REGIONS = ("us-east", "eu-west", "ap-south")
-REGION_RTT_MS = {"us-east": 2.0, "eu-west": 80.0, "ap-south": 190.0}
-SYSTEM_PROMPTS = 20
-NOW = 1_000.0
-
-
-def _fleet(rng: random.Random, size: int = BACKENDS) -> FleetSnapshot:
-    backends: dict[str, BackendState] = {}
-    for i in range(size):
-        serverless = i % 10 == 9
-        spec = BackendSpec(
-            name=f"b{i:04d}",
-            region=REGIONS[i % 3],
-            kind=BackendKind.SERVERLESS if serverless else BackendKind.DEDICATED,
-            models=frozenset({"llama-3-8b"}),
-            cold_start_ms=8_000.0 if serverless else 0.0,
-            idle_timeout_s=300.0 if serverless else None,
-        )
-        metrics = i % 5 != 4
-        backends[spec.name] = BackendState(
-            spec=spec,
-            in_flight=rng.randint(0, 40),
-            running=rng.randint(0, 256) if metrics else None,
-            waiting=rng.randint(0, 30) if metrics else None,
-            kv_cache_usage=rng.random() if metrics else None,
-            rtt_ms=REGION_RTT_MS[spec.region] * rng.uniform(0.9, 1.2),
-            last_traffic_at=NOW - rng.uniform(0, 600) if serverless else None,
-            as_of=NOW - 0.5,
-        )
-    return FleetSnapshot(backends, gateway_region="us-east", region_rtt_ms=REGION_RTT_MS)
-
-
-def _text(rng: random.Random, chars: int) -> str:
-    words = ("alpha", "beta", "gamma", "delta", "tensor", "cache", "route", "token", "gpu")
-    out: list[str] = []
-    size = 0
-    while size < chars:
-        word = rng.choice(words)
-        out.append(word)
-        size += len(word) + 1
-    return " ".join(out)[:chars]
-
-
-def _body(system: str, user: str) -> dict[str, Any]:
-    return {
-        "model": "llama-3-8b",
-        "max_tokens": 256,
-        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-    }
 
 
 def _warm(
@@ -118,7 +75,7 @@ def _warm(
 ) -> None:
     """Earlier traffic: 2,000 requests whose prefixes the index now remembers."""
     for i in range(2_000):
-        body = _body(systems[i % len(systems)], _text(rng, 800))
+        body = chat_body(systems[i % len(systems)], prompt_text(rng, 800))
         profile = profile_from_chat(body, "tenant-a", block_tokens=block_tokens)
         decision = router.decide(profile, fleet, NOW - 60 + i * 0.01)
         chosen = decision.chosen
@@ -200,8 +157,8 @@ def _case(
     advance_ms: float = 0.0,
 ) -> dict[str, float]:
     rng = random.Random(seed)
-    fleet = _fleet(rng, size)
-    systems = [_text(rng, 4_000) for _ in range(SYSTEM_PROMPTS)]
+    fleet = seeded_fleet(rng, size)
+    systems = [prompt_text(rng, 4_000) for _ in range(SYSTEM_PROMPTS)]
     params: Mapping[str, Any] = (
         {"block_tokens": block_tokens}
         if policy.removesuffix(GENERIC) in {"predicted_ttft", "cache_aware", "llm_d"}
@@ -214,7 +171,7 @@ def _case(
     decide = router.decide
     if policy.endswith(GENERIC):  # the same router, always through the generic pipeline
         decide = functools.partial(router._decide, commit=True)
-    body = _body(systems[3], _text(rng, 12_000))  # ~4,000 tokens in all
+    body = chat_body(systems[3], prompt_text(rng, 12_000))  # ~4,000 tokens in all
     snapshots = _Churn(fleet)
     evict = _evictor(cold_mb, idle_ms)
 
@@ -248,7 +205,7 @@ def _summary(wall: list[float], cpu: list[float]) -> dict[str, float]:
 
 def _hash_only(block_tokens: int, iterations: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
-    body = _body(_text(rng, 4_000), _text(rng, 12_000))
+    body = chat_body(prompt_text(rng, 4_000), prompt_text(rng, 12_000))
     messages = body["messages"]
     samples = _time(
         lambda: block_hashes(canonical_chat(messages), "t", block_tokens),

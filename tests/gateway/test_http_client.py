@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -17,51 +17,21 @@ from yarl import URL
 
 from gateway.config import BackendConfig, TimeoutsConfig
 from gateway.http_client import (
-    MAX_HEAD_BYTES,
     ConnectionPool,
-    UpstreamResponse,
     header_block,
     read_chunk_bytes,
 )
 from gateway.upstream import ConnectionTiming, UpstreamClient
-
-Script = Callable[["Scripted", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-Serve = Callable[[Script], Awaitable[tuple["Scripted", URL]]]
-REQUEST = b"POST /v1/x HTTP/1.1\r\nHost: upstream\r\nContent-Length: 2\r\n\r\n{}"
-
-
-class Scripted:
-    """A server answering each connection with ``script``; counts connections and requests."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self.server: asyncio.Server | None = None
-
-    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
-        request = head + await reader.readexactly(length)
-        self.requests.append(request)
-        return request
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            await self.script(self, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def start(self) -> URL:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return URL(f"http://127.0.0.1:{port}")
+from gateway.upstream_response import MAX_HEAD_BYTES
+from tests.gateway.scripted_upstream import (
+    REQUEST,
+    Script,
+    Scripted,
+    Serve,
+    chunked,
+    keep_alive,
+    send,
+)
 
 
 @pytest.fixture
@@ -78,32 +48,6 @@ async def serve() -> AsyncIterator[Serve]:
         assert server.server is not None
         server.server.close()
         await server.server.wait_closed()
-
-
-async def send(pool: ConnectionPool, limit: int = 2**16) -> tuple[UpstreamResponse, bool]:
-    conn, reused, _ = await pool.acquire(connect_s=60.0)
-    response = conn.send(REQUEST, limit)
-    await response.head()
-    return response, reused
-
-
-def keep_alive(body_of: Callable[[int], bytes]) -> Script:
-    """Answer every request on the connection with ``body_of(n)`` (n: requests so far)."""
-
-    async def script(
-        server: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        while True:
-            await server.read_request(reader)
-            writer.write(body_of(len(server.requests)))
-            await writer.drain()
-
-    return script
-
-
-def chunked(*parts: bytes) -> bytes:
-    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
-    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Seen: a\r\n\r\n" + body
 
 
 async def test_chunked_and_length_bodies_reuse_one_connection(serve: Serve) -> None:
