@@ -162,6 +162,10 @@ def _markdown(rows: list[goals.GoalRow], tables: list[str], command: str) -> str
         f"- code: `{source_revision()}`",
         f"- command: `{command}`",
         "- definitions: `loadtests/issue14_goals.py`; the simulator is deterministic per seed",
+        "- baselines: every policy but predicted_ttft, the oracle (it knows what no gateway"
+        " can) and slo_cost, which is Meridian's own policy, not a baseline: predicted_ttft's"
+        " predictor plus a cost objective, falling back to exactly predicted_ttft's choice when"
+        " no candidate meets the objective. All three stay in every table below.",
         f"- with real processes (rows 'acceptance', with `--acceptance`): `{ACCEPTANCE}`",
         "",
         "| goal | scenario | | measured |",

@@ -13,7 +13,10 @@ command that measures it. ``loadtests/bench_issue14.py`` runs the scenarios and 
 - **s1 vs oracle**: scenario 1's TTFT p99 <= 1.3x the oracle's.
 - **e2e**: e2e p50 and p99 no worse than the best baseline's (each its own best), while the
   TTFT p99 stays below every baseline's; goodput under the joint objective the best of all
-  policies but the oracle (which knows what no gateway can; its goodput is shown beside).
+  baselines. Not baselines (``BASELINES_EXCLUDED``): the oracle (it knows what no gateway can;
+  its goodput is shown beside) and ``slo_cost``, Meridian's own policy (predicted_ttft's
+  predictor plus a cost objective, falling back to exactly predicted_ttft's choice): the
+  lead's decision in session 7. Both stay in every table.
 - **exploration**: <= 2% of the routed requests, and no explored request with a first-token
   deadline past it (the explorer never takes a request whose deadline is tight; a late one is
   counted whatever made it late). Beside it, for every explored request, deadline or not: how

@@ -12,7 +12,7 @@ from loadtests.bench_issue14 import explored_deadlines, reproduce, variant_scena
 from loadtests.sim.loop import simulate
 from loadtests.sim.path_events import PathReaction
 from loadtests.sim.scenario import ScenarioError, parse_scenario
-from loadtests.sim.summary import Summary
+from loadtests.sim.summary import Summary, compare
 from loadtests.sim.trace import build_trace
 from tests.sim.conftest import tiny
 
@@ -57,6 +57,17 @@ def test_the_e2e_goal_needs_every_part() -> None:
     no_lead = dataclasses.replace(better, ttft_p99_ms=100.0)  # a tie is no lead
     assert (goals.e2e_row(FILE, [no_lead, *baselines]) or row).met is False
     assert goals.e2e_row(FILE, baselines) is None
+
+
+def test_slo_cost_is_ours_not_a_baseline() -> None:
+    """slo_cost is predicted_ttft's predictor plus a cost objective: never the bar, though it
+    stays in the tables."""
+    ours = _summary("predicted_ttft", ttft_p99_ms=90.0, goodput=0.95)
+    ours_with_cost = _summary("slo_cost", ttft_p99_ms=60.0, e2e_p50_ms=900.0, goodput=0.99)
+    row = goals.e2e_row(FILE, [ours, _summary("least_loaded"), ours_with_cost])
+    assert row is not None and row.met is True and "slo_cost" not in row.measured
+    comparison = compare([ours, _summary("round_robin"), ours_with_cost])
+    assert comparison is not None and comparison.best_baseline == "round_robin"
 
 
 def test_error_versus_and_exploration_rows() -> None:
