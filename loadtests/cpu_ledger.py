@@ -77,7 +77,7 @@ def _machine() -> tuple[float, float]:
     return busy / _TICK, idle / _TICK
 
 
-def _worker_label(pid: int) -> str | None:
+def worker_label(pid: int) -> str | None:
     """``worker N`` for a ``meridian serve --worker-index N`` process."""
     try:
         argv = (_PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
@@ -110,7 +110,7 @@ class CpuLedger:
             while todo:
                 pid = todo.pop()
                 spent = cpu.get(pid, 0.0)
-                worker = _worker_label(pid) if pid != root else None
+                worker = worker_label(pid) if pid != root else None
                 key = label if worker is None else f"{label}/{worker}"
                 by_label[key] = by_label.get(key, 0.0) + spent
                 ours += spent

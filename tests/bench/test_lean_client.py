@@ -4,9 +4,13 @@ observe the same streams."""
 
 from __future__ import annotations
 
+import itertools
+
 import aiohttp
+import pytest
 
 from loadtests.bench.lean_client import run_lean
+from loadtests.bench.plan import poisson_arrivals
 from loadtests.bench.records import ErrorKind
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
@@ -39,6 +43,22 @@ async def test_lean_and_aiohttp_clients_see_the_same_streams() -> None:
             assert record.ttft_s is not None and record.ttft_s >= (TTFT_MS - 2) / 1000
             assert record.usage_reported and record.completion_tokens == 16
     assert [r.prompt_tokens for r in lean.records] == [r.prompt_tokens for r in reference.records]
+
+
+async def test_open_loop_sends_on_the_seeded_poisson_schedule() -> None:
+    data = _closed(1, 20)
+    data["arrival"] = {"mode": "open", "rate": 400}
+    workload = parse_workload(data)
+    async with mock_backend(MODEL, TTFT_MS, ITL_MS) as (url, _):
+        result = await run_lean(url, workload)
+    offsets = list(itertools.islice(poisson_arrivals(400, workload.seed), 20))
+    assert [r.index for r in result.records] == list(range(20))
+    assert result.mode == "open"
+    for record, offset in zip(result.records, offsets, strict=True):
+        assert record.ok, record.error_detail
+        assert len(record.token_times_s) == 16
+        assert record.scheduled_s == pytest.approx(offset)
+        assert record.sent_s >= record.scheduled_s
 
 
 async def test_an_error_status_is_recorded_not_raised() -> None:
