@@ -2,18 +2,28 @@
 same request sent straight to the emulated backend over HTTP (and, for reference, through the
 gateway's HTTP door), side by side in one run.
 
-    python -m loadtests.bench_grpc_overhead [--requests N] [--rounds R] [--concurrency C] [--out DIR]
+    python -m loadtests.bench_grpc_overhead [--requests N] [--rounds R] [--concurrency C]
+        [--max-tokens T] [--src before=DIR ...] [--out DIR]
 
 Three processes: the emulator (``meridian emulate``), the gateway (``meridian serve`` with a gRPC
 port) and this client. The three sides alternate ``--rounds`` times so machine noise hits them
 alike; percentiles are over each side's pooled requests. TTFT is measured the same way on every
 side: from sending the request to receiving the first chunk that carries content.
+
+``--src NAME=DIR`` adds a gateway running the code in checkout DIR (e.g. a detached worktree of
+main: ``git worktree add --detach /tmp/base main``) whose two doors join every round as
+``NAME_http`` and ``NAME_grpc``, so a change is compared with its baseline in the same run.
+Latency at c=16 on a shared machine swings between identical runs; the gateway's CPU per request
+(CPU seconds of its process tree / requests) does not, so the table gives each gateway's gRPC /
+HTTP CPU ratio as well.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -43,7 +53,6 @@ ENGINE = {
 }
 PROMPT = "Summarise the route a request takes through a multi-region gateway. " * 4
 MAX_TOKENS = 8
-SIDES = ("direct_http", "gateway_http", "gateway_grpc")
 
 Measure = Callable[[], Awaitable[float]]  # one request; returns its TTFT in seconds
 
@@ -65,12 +74,12 @@ def _side(ttfts: list[float], errors: int) -> Side:
     return Side(len(ms), errors, percentile(ms, 50), percentile(ms, 99))
 
 
-def _chat_body() -> bytes:
+def _chat_body(max_tokens: int) -> bytes:
     return orjson.dumps(
         {
             "model": MODEL,
             "messages": [{"role": "user", "content": PROMPT}],
-            "max_tokens": MAX_TOKENS,
+            "max_tokens": max_tokens,
             "stream": True,
         }
     )
@@ -81,8 +90,10 @@ def _has_content(data: bytes) -> bool:
     return any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or ())
 
 
-def http_measure(session: aiohttp.ClientSession, base_url: str) -> Measure:
-    url, body = base_url + "/v1/chat/completions", _chat_body()
+def http_measure(
+    session: aiohttp.ClientSession, base_url: str, max_tokens: int = MAX_TOKENS
+) -> Measure:
+    url, body = base_url + "/v1/chat/completions", _chat_body(max_tokens)
     headers = {"Content-Type": "application/json"}
 
     async def one() -> float:
@@ -107,9 +118,9 @@ def http_measure(session: aiohttp.ClientSession, base_url: str) -> Measure:
     return one
 
 
-def grpc_measure(stub: Any) -> Measure:
+def grpc_measure(stub: Any, max_tokens: int = MAX_TOKENS) -> Measure:
     request = pb.ChatCompletionRequest(
-        model=MODEL, messages=[pb.ChatMessage(role="user", text=PROMPT)], max_tokens=MAX_TOKENS
+        model=MODEL, messages=[pb.ChatMessage(role="user", text=PROMPT)], max_tokens=max_tokens
     )
 
     async def one() -> float:
@@ -167,42 +178,64 @@ def _free_port() -> int:
         return port
 
 
+def _env(src: str) -> dict[str, str]:
+    """The environment of a gateway that runs the code in checkout ``src``."""
+    return {**os.environ, "PYTHONPATH": src}
+
+
 async def measure(
-    concurrencies: list[int], requests: int, rounds: int
+    concurrencies: list[int],
+    requests: int,
+    rounds: int,
+    sources: dict[str, str] | None = None,
+    max_tokens: int = MAX_TOKENS,
 ) -> dict[int, dict[str, Side]]:
-    grpc_port = _free_port()
+    """Per concurrency, per side: the pooled samples of every round (sides interleaved)."""
     levels: dict[int, dict[str, Side]] = {}
-    async with emulated_backend("grpc-overhead", MODEL, ENGINE) as (backend_url, _):
+    names = ["gateway", *(sources or {})]
+    envs: dict[str, dict[str, str] | None] = {"gateway": None}
+    envs.update({name: _env(src) for name, src in (sources or {}).items()})
+    async with contextlib.AsyncExitStack() as stack:
+        backend_url, _ = await stack.enter_async_context(
+            emulated_backend("grpc-overhead", MODEL, ENGINE)
+        )
         backend = {"name": "b", "region": "local", "url": backend_url + "/v1", "models": [MODEL]}
-        config = {
-            "listen": {"host": "127.0.0.1", "grpc_port": grpc_port},
-            "backends": [{**backend, "max_connections": 4096}],
-        }
-        async with (
-            gateway(config) as (gateway_url, gateway_pid),
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
-            grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel,
-        ):
-            measures = {
-                "direct_http": http_measure(session, backend_url),
-                "gateway_http": http_measure(session, gateway_url),
-                "gateway_grpc": grpc_measure(inference_stub(channel)),
+        session = await stack.enter_async_context(
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        )
+        measures = {"direct_http": http_measure(session, backend_url, max_tokens)}
+        pids: dict[str, int | None] = {"direct_http": None}
+        for name in names:
+            grpc_port = _free_port()
+            config = {
+                "listen": {"host": "127.0.0.1", "grpc_port": grpc_port},
+                "backends": [{**backend, "max_connections": 4096}],
             }
-            for concurrency in concurrencies:
-                for side_measure in measures.values():  # warm connections and code paths
-                    await run_closed_loop(side_measure, concurrency * 2, concurrency)
-                pooled = {side: Samples([]) for side in SIDES}
-                for _ in range(rounds):
-                    for side in SIDES:
-                        gateway_cpu, client_cpu = tree_cpu_s(gateway_pid), time.process_time()
-                        result = await run_closed_loop(measures[side], requests, concurrency)
-                        pooled[side].ttfts.extend(result.ttfts)
-                        pooled[side].errors += result.errors
-                        pooled[side].gateway_cpu_s += tree_cpu_s(gateway_pid) - gateway_cpu
-                        pooled[side].client_cpu_s += time.process_time() - client_cpu
-                levels[concurrency] = {
-                    side: samples.side(side != "direct_http") for side, samples in pooled.items()
-                }
+            url, pid = await stack.enter_async_context(gateway(config, 1, envs[name]))
+            channel = await stack.enter_async_context(
+                grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
+            )
+            measures[f"{name}_http"] = http_measure(session, url, max_tokens)
+            measures[f"{name}_grpc"] = grpc_measure(inference_stub(channel), max_tokens)
+            pids[f"{name}_http"] = pids[f"{name}_grpc"] = pid
+        for concurrency in concurrencies:
+            for side_measure in measures.values():  # warm connections and code paths
+                await run_closed_loop(side_measure, concurrency * 2, concurrency)
+            pooled = {side: Samples([]) for side in measures}
+            for _ in range(rounds):
+                for side, side_measure in measures.items():
+                    side_pid = pids[side]
+                    gateway_cpu = tree_cpu_s(side_pid) if side_pid is not None else 0.0
+                    client_cpu = time.process_time()
+                    result = await run_closed_loop(side_measure, requests, concurrency)
+                    pooled[side].ttfts.extend(result.ttfts)
+                    pooled[side].errors += result.errors
+                    if side_pid is not None:
+                        pooled[side].gateway_cpu_s += tree_cpu_s(side_pid) - gateway_cpu
+                    pooled[side].client_cpu_s += time.process_time() - client_cpu
+            levels[concurrency] = {
+                side: samples.side(pids[side] is not None) for side, samples in pooled.items()
+            }
     return levels
 
 
@@ -211,23 +244,52 @@ def _added(level: dict[str, Side], side: str, field: str) -> float | None:
     return None if base is None or other is None else other - base
 
 
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return None if top is None or not bottom else top / bottom
+
+
+def door_ratios(level: dict[str, Side]) -> dict[str, dict[str, float | None]]:
+    """Per gateway: its gRPC door over its HTTP door, in added TTFT p50/p99 and CPU/request."""
+    out: dict[str, dict[str, float | None]] = {}
+    for side in level:
+        if not side.endswith("_grpc"):
+            continue
+        name = side.removesuffix("_grpc")
+        grpc_side, http_side = level[side], level[f"{name}_http"]
+        out[name] = {
+            "added_ttft_p50": _ratio(
+                _added(level, side, "ttft_p50_ms"), _added(level, f"{name}_http", "ttft_p50_ms")
+            ),
+            "added_ttft_p99": _ratio(
+                _added(level, side, "ttft_p99_ms"), _added(level, f"{name}_http", "ttft_p99_ms")
+            ),
+            "gateway_cpu": _ratio(grpc_side.gateway_cpu_us, http_side.gateway_cpu_us),
+        }
+    return out
+
+
 def format_table(levels: dict[int, dict[str, Side]]) -> str:
     header = (
-        f"{'conc':>5} {'side':>13} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
+        f"{'conc':>5} {'side':>16} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
         f"{'+p50':>7} {'+p99':>7} {'p50 ratio':>9} {'gw cpu/req':>10} {'client cpu/req':>14}"
     )
     lines = [header, "-" * len(header)]
     for concurrency, level in levels.items():
         base = level["direct_http"].ttft_p50_ms
-        for side in SIDES:
-            s = level[side]
+        for side, s in level.items():
             ratio = None if not base or s.ttft_p50_ms is None else s.ttft_p50_ms / base
             lines.append(
-                f"{concurrency:>5} {side:>13} {s.requests:>6} {s.errors:>4} "
+                f"{concurrency:>5} {side:>16} {s.requests:>6} {s.errors:>4} "
                 f"{fmt(s.ttft_p50_ms):>9} {fmt(s.ttft_p99_ms):>9} "
                 f"{fmt(_added(level, side, 'ttft_p50_ms')):>7} "
                 f"{fmt(_added(level, side, 'ttft_p99_ms')):>7} {fmt(ratio, 3):>9} "
                 f"{fmt(s.gateway_cpu_us, 0):>10} {fmt(s.client_cpu_us, 0):>14}"
+            )
+        for name, ratios in door_ratios(level).items():
+            lines.append(
+                f"{concurrency:>5} {name + ' grpc/http':>16}  added TTFT p50 "
+                f"{fmt(ratios['added_ttft_p50'], 2)}x, p99 {fmt(ratios['added_ttft_p99'], 2)}x, "
+                f"gateway CPU/request {fmt(ratios['gateway_cpu'], 2)}x"
             )
     lines.append(
         "(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50; cpu in us: "
@@ -245,17 +307,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--requests", type=int, default=100, help="requests per side per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--max-tokens", type=int, default=MAX_TOKENS, help="tokens per stream (default 8)"
+    )
+    parser.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="also a gateway running the code in checkout DIR, both doors, in every round",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
+    sources = {name: src for name, _, src in (s.partition("=") for s in args.src)}
     import uvloop
 
-    levels = uvloop.run(measure(args.concurrency or [1, 16], args.requests, args.rounds))
+    levels = uvloop.run(
+        measure(args.concurrency or [1, 16], args.requests, args.rounds, sources, args.max_tokens)
+    )
     print(format_table(levels))
     payload = {
         "benchmark": "grpc_overhead",
         "engine": ENGINE,
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": args.max_tokens,
         "rounds": args.rounds,
+        "src": sources,
         "levels": [
             {
                 "concurrency": concurrency,
@@ -265,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
                         "ttft_p50": _added(level, side, "ttft_p50_ms"),
                         "ttft_p99": _added(level, side, "ttft_p99_ms"),
                     }
-                    for side in SIDES[1:]
+                    for side in level
+                    if side != "direct_http"
                 },
+                "grpc_over_http": door_ratios(level),
             }
             for concurrency, level in levels.items()
         ],
