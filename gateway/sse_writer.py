@@ -96,25 +96,42 @@ class SseWriter:
         if held > self.max_buffered:
             self.max_buffered = held
 
-    async def write(self, data: bytes) -> None:
-        """Write, then wait while the client is behind."""
+    @property
+    def pushable(self) -> bool:
+        """Whether :meth:`push` may write now: the headers went out with a first write."""
+        return self._raw is not None
+
+    def push(self, data: bytes) -> bool:
+        """Write now, from any callback (``gateway/push_phase.py``); False when the client is
+        behind its mark: the caller stops and awaits :meth:`caught_up`."""
         transport = self._raw
         if transport is None:
-            transport = await self._first_write(data)
-        elif not data:
-            return  # an empty chunk would be the body's terminator
-        else:
-            if transport.is_closing():
-                raise ConnectionResetError("client connection closed")
-            frame = b"%x\r\n%b\r\n" % (len(data), data)
-            if self._chunked is not None:
-                self._chunked.output_size += len(frame)
-            transport.write(frame)
+            raise ImpossibleState("an SSE push before the first write")
+        if not data:
+            return True  # an empty chunk would be the body's terminator
+        if transport.is_closing():
+            raise ConnectionResetError("client connection closed")
+        frame = b"%x\r\n%b\r\n" % (len(data), data)
+        if self._chunked is not None:
+            self._chunked.output_size += len(frame)
+        transport.write(frame)
         queued = transport.get_write_buffer_size()
         held = queued + self._upstream_held()  # _note_held, written out: runs every event
         if held > self.max_buffered:
             self.max_buffered = held
-        if queued > self._high:
+        return queued <= self._high
+
+    async def caught_up(self) -> None:
+        """Wait while the client is behind (at most the write timeout: :class:`ClientTooSlow`)."""
+        if self._raw is not None:
+            await self._after_write(self._raw)
+
+    async def write(self, data: bytes) -> None:
+        """Write, then wait while the client is behind."""
+        transport = self._raw
+        if transport is None:
+            await self._after_write(await self._first_write(data))
+        elif not self.push(data):
             await self._catch_up(transport)
 
     async def _first_write(self, data: bytes) -> asyncio.Transport:

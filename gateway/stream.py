@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from gateway.chain.hop import HopContext
     from gateway.lifecycle.handles import RequestHold, UpstreamHold
     from gateway.observability.record import RequestRecord
+    from gateway.push_phase import Pusher, PushSink
     from gateway.relay_state import RelayState
 
 
@@ -147,10 +148,12 @@ class UpstreamExchange:
                 for event in batch:
                     yield event
 
-    def all_batches(self) -> AsyncIterator[list[SseEvent]]:
+    def all_batches(self, push: Pusher | None = None) -> AsyncIterator[list[SseEvent]]:
         """Every event of the stream, grouped by the upstream read that brought them, so a
-        door can hand one read's events to its transport in one write."""
-        return self.batches(with_first=True)
+        door can hand one read's events to its transport in one write. With ``push``, what
+        flows is written by it inside the upstream callback (``gateway/push_phase.py``) and
+        only the rest is yielded; an empty batch then means: the client is behind, wait."""
+        return self.batches(with_first=True, push=push)
 
     def _took_timing(self, event: SseEvent) -> bool:
         """End-of-stream timing from upstream — a downstream gateway's summary, or a backend's
@@ -168,10 +171,13 @@ class UpstreamExchange:
         self.downstream_hops = hops
         return True
 
-    async def batches(self, *, with_first: bool = False) -> AsyncIterator[list[SseEvent]]:
+    async def batches(
+        self, *, with_first: bool = False, push: Pusher | None = None
+    ) -> AsyncIterator[list[SseEvent]]:
         """The events after the first token (``with_first``: those read with it first), one
         list per upstream read, as they arrive; the events before a broken one are yielded
-        before the error is raised. End-of-stream timing comments are taken, not yielded."""
+        before the error is raised. End-of-stream timing comments are taken, not yielded.
+        ``push``: see :meth:`all_batches`."""
         if with_first:
             first = [event for event in self.first_events if not self._took_timing(event)]
             if first:
@@ -181,7 +187,20 @@ class UpstreamExchange:
         splitter = self.splitter
         if splitter is None:  # only a streaming attempt's first read leaves one
             raise StreamBroken("internal_error", "the stream has no SSE reader", 500)
+        sink: PushSink | None = None
         while not self.saw_done:
+            if push is not None and push.ready():
+                sink = sink or self._push_sink(splitter, push)
+                await self._pushed(sink)
+                if sink.held:  # the stream's last event: the door ends the stream
+                    yield sink.held
+                if sink.failure is not None:
+                    raise sink.failure
+                if self.saw_done:
+                    return
+                if sink.behind:
+                    yield []
+                    continue  # the client caught up: push again (or read what waited)
             chunk = await self._next_chunk()
             try:
                 events = splitter.feed(chunk) if chunk else splitter.flush()
@@ -220,11 +239,31 @@ class UpstreamExchange:
             raise StreamBroken("upstream_error_event", upstream_error(error))
         self.note(event, obj, carries)
 
-    async def _next_chunk(self) -> bytes:
-        """The next upstream bytes (b"" at the end); every failure becomes StreamBroken."""
+    def _push_sink(self, splitter: SseSplitter, push: Pusher) -> PushSink:
+        from gateway.push_phase import PushSink  # it imports StreamBroken from here
+
+        return PushSink(self, splitter, push, self._watch().reading)
+
+    async def _pushed(self, sink: PushSink) -> None:
+        """Until the push stops (module doc of ``gateway/push_phase.py``); the ReadWatch
+        counts the whole push as waiting for upstream, each read restarting the wait."""
+        sink.reset()
+        watch = self._watch()
+        watch.reading()
+        try:
+            await self.response.content.push(sink)
+        finally:
+            watch.done()
+
+    def _watch(self) -> ReadWatch:
         watch = self.watch
         if watch is None:  # one timer for the stream's life, not one per read
             watch = self.watch = ReadWatch(self.inter_token_s, self.deadline, self.abort)
+        return watch
+
+    async def _next_chunk(self) -> bytes:
+        """The next upstream bytes (b"" at the end); every failure becomes StreamBroken."""
+        watch = self.watch or self._watch()
         watch.reading()
         content = self.response.content
         try:  # at most a reader's limit per read: what one client write may add (sse_writer)

@@ -3,11 +3,16 @@ what the relay reads (``readany``/``read``) and what aborts it from outside (``s
 
 Back-pressure as aiohttp's ``StreamReader``: past twice the reader's limit of unread bytes the
 connection stops being read, and it is read again once the relay has taken what waited.
+
+Pushed (:meth:`BodyReader.push`, ``gateway/push_phase.py``): while nothing waits unread, each
+arriving read goes straight to a sink, inside the connection's callback, until the sink
+declines one, the body ends or an error is set; then the reader buffers again.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -29,6 +34,7 @@ class BodyReader:
         "_exc",
         "_high",
         "_paused",
+        "_sink",
         "_size",
         "_waiter",
         "limit",
@@ -46,11 +52,18 @@ class BodyReader:
         self._high = 2 * limit
         self.limit = limit  # what the relay takes per read (readany's most)
         self._paused = False  # this reader paused the connection: the next read resumes it
+        # While pushing: takes each read as it arrives (nothing waits unread then); False stops.
+        self._sink: Callable[[bytes], bool] | None = None
 
     def feed(self, data: bytes) -> None:
+        self.total_bytes += len(data)
+        sink = self._sink
+        if sink is not None:  # pushed: relayed now, inside the connection's callback
+            if not sink(data):
+                self._wake()
+            return
         self._chunks.append(data)
         self._size += len(data)
-        self.total_bytes += len(data)
         self._wake()
         if self._size > self._high:
             self._paused = True
@@ -66,6 +79,7 @@ class BodyReader:
         self._wake()
 
     def _wake(self) -> None:
+        self._sink = None  # whatever wakes the reader ends a push: the task takes over
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
@@ -80,6 +94,25 @@ class BodyReader:
                 await waiter
             finally:
                 self._waiter = None
+
+    @property
+    def pushing(self) -> bool:
+        """Whether a sink takes the reads as they arrive now."""
+        return self._sink is not None
+
+    async def push(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand every read that arrives to ``sink`` as it arrives, until it returns False, the
+        body ends or an error is set (then the next :meth:`readany` sees it); at once if
+        bytes, the end or an error already wait."""
+        if self._chunks or self._eof or self._exc is not None:
+            return
+        self._sink = sink
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            self._sink = None
 
     async def readany(self, most: int | None = None) -> bytes:
         """What has arrived (waiting for something), at most ``most`` bytes of it (the rest

@@ -29,7 +29,7 @@ from gateway.inbound import Endpoint, InboundRequest, request_id_from
 from gateway.lifecycle.call import CoreCall
 from gateway.lifecycle.core import Arrival, refused
 from gateway.quota.limiter import QUOTAS
-from gateway.sse import comment
+from gateway.sse import SseEvent, comment
 from gateway.sse_writer import ClientTooSlow, SseWriter
 from gateway.state_keys import RELAY
 from gateway.stream import OpenedStream, StreamBroken
@@ -237,7 +237,12 @@ async def _relay_stream(
             await writer.write(comment("meridian-route " + opened.route.header()))
         else:
             await writer.start(_response_headers(request_id, opened))
-        async for batch in call.batches():  # one upstream read -> one write
+        # One upstream read -> one write; what flows is written inside the upstream callback
+        # (gateway/push_phase.py): only the stream's edges come through this loop.
+        async for batch in call.batches(_Pusher(writer, codec)):
+            if not batch:  # the push stopped: the client is behind its mark
+                await writer.caught_up()
+                continue
             parts: list[bytes] = []
             for event in batch:
                 if event is opened.exchange.ended_by:  # [DONE], response.completed, message_stop
@@ -262,6 +267,24 @@ async def _relay_stream(
         pass  # the exchange stays cancelled: the client went away
     finally:
         safety.stream_ended(writer)
+
+
+class _Pusher:
+    """The push phase's writer (``gateway.push_phase.Pusher``): a read's events, one write."""
+
+    __slots__ = ("_encode", "_writer")
+
+    def __init__(self, writer: SseWriter, codec: StreamCodec) -> None:
+        self._writer, self._encode = writer, codec.encode
+
+    def ready(self) -> bool:
+        return self._writer.pushable
+
+    def __call__(self, events: list[SseEvent]) -> bool:
+        encode = self._encode
+        if len(events) == 1:
+            return self._writer.push(encode(events[0]))
+        return self._writer.push(b"".join([encode(event) for event in events]))
 
 
 def _summary_json(opened: OpenedStream) -> str:

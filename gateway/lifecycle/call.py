@@ -44,6 +44,7 @@ from gateway.sse import SseEvent
 from gateway.stream import OpenedStream
 
 if TYPE_CHECKING:
+    from gateway.push_phase import Pusher
     from gateway.relay import Relay
 
 Check = Callable[[InboundRequest], None]
@@ -135,9 +136,10 @@ class CoreCall:
         a = self.arrival
         refused(self.relay, a.door, a.endpoint, a.request_id, a.received_at, self.inbound, error)
 
-    def batches(self) -> AsyncIterator[list[SseEvent]]:
-        """The raw view: the stream's events grouped by the upstream read that brought them."""
-        return self.opened.exchange.all_batches()
+    def batches(self, push: Pusher | None = None) -> AsyncIterator[list[SseEvent]]:
+        """The raw view: the stream's events grouped by the upstream read that brought them
+        (``push``: written as they flow by the door's pusher, ``gateway/push_phase.py``)."""
+        return self.opened.exchange.all_batches(push)
 
     def events(self) -> AsyncIterator[SseEvent]:
         """The parsed view's source: the same stream's events one at a time."""

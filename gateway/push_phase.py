@@ -1,0 +1,118 @@
+"""The streaming phase in push mode: each upstream read relayed inside the connection's callback.
+
+Pulled, every relayed event costs the handler task a wake: the body reader resolves a future,
+the loop steps the task, and the door's coroutine, the exchange's batch generator and the
+reader's ``readany`` all resume, only to hand the bytes to ``transport.write`` and suspend
+again. At concurrency 1 that wake, on cold caches, is most of the gateway's CPU per event
+(``docs/results/perf-issue16.md``). Pushed, the body reader hands each read to a
+:class:`PushSink` from inside ``UpstreamConnection.buffer_updated`` (llhttp's ``on_body``):
+split into events, check each (usage, error, malformed: ``UpstreamExchange._check``), frame
+and write to the client's transport, all synchronously. The handler task sleeps on one future
+for as long as the stream flows.
+
+Only the steady state is pushed. Anything else stops the push and wakes the task, which goes
+on in the pulled path with the code that always handled it:
+
+- the event that ends the stream (``[DONE]``): handed back with the read's other events, so
+  the door writes them with the summary and the terminator (``SseWriter.end`` awaits);
+- an event that breaks the stream (malformed, an error event): the events before it are
+  written, then the :class:`~gateway.stream.StreamBroken` is raised by the task;
+- the client behind its mark (``write`` returned False): the task waits for it to drain as
+  before; meanwhile the body reader buffers and pauses its socket as before, so the stream's
+  memory bound holds unchanged;
+- the end of the body, a broken connection, an abort from outside (the ReadWatch timers, the
+  drain): the body reader detaches the sink itself, and the task's next read sees it.
+
+A sink never raises into the connection's callback (llhttp would take it for unparsable bytes
+and close the connection): what it meets is kept in ``failure`` and raised by the task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from gateway.sse import SseEvent, SseSplitter
+from gateway.stream import StreamBroken
+
+if TYPE_CHECKING:
+    from gateway.stream import UpstreamExchange
+
+
+class Pusher(Protocol):
+    """The door's side: writes a read's events synchronously (an SSE door's transport)."""
+
+    def ready(self) -> bool:
+        """Whether events can be written synchronously now (the headers went out)."""
+        ...
+
+    def __call__(self, events: list[SseEvent]) -> bool:
+        """Write ``events``; False when the client is now behind its mark (wait for it)."""
+        ...
+
+
+class PushSink:
+    """One stream's push-mode relay of upstream reads; reset before each push."""
+
+    __slots__ = (
+        "_check",
+        "_exchange",
+        "_push",
+        "_reading",
+        "_splitter",
+        "behind",
+        "failure",
+        "held",
+    )
+
+    def __init__(
+        self,
+        exchange: UpstreamExchange,
+        splitter: SseSplitter,
+        push: Pusher,
+        reading: Callable[[], None],
+    ) -> None:
+        self._exchange = exchange
+        self._splitter = splitter
+        self._push = push
+        self._reading = reading  # the ReadWatch: the next read's wait starts now
+        self._check = exchange._check
+        self.held: list[SseEvent] = []  # events handed back to the task (the stream's end)
+        self.failure: BaseException | None = None  # raised by the task after ``held``
+        self.behind = False  # the client is past its mark: the task waits for it
+
+    def reset(self) -> None:
+        self.held, self.failure, self.behind = [], None, False
+
+    def __call__(self, chunk: bytes) -> bool:
+        """Relay one upstream read; False stops the push (the task takes over)."""
+        exchange = self._exchange
+        exchange.consumed += len(chunk)
+        self._reading()
+        try:
+            events = self._splitter.feed(chunk)
+        except ValueError as exc:
+            self.failure = StreamBroken("upstream_malformed", str(exc))
+            return False
+        batch: list[SseEvent] = []
+        check = self._check
+        try:
+            for event in events:
+                if event.data is None and exchange._took_timing(event):
+                    continue  # a comment never ends, breaks or counts in any grammar
+                check(event, ended=False)
+                batch.append(event)
+                if exchange.saw_done:  # the door writes them with the summary and terminator
+                    self.held = batch
+                    return False
+        except Exception as exc:  # StreamBroken; anything else is raised by the task too
+            self.failure = exc
+        if batch:
+            try:
+                if not self._push(batch):
+                    self.behind = True
+                    return False
+            except Exception as exc:  # the client went away: that, not a break, is the end
+                self.failure = exc
+                return False
+        return self.failure is None
