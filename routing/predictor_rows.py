@@ -32,6 +32,7 @@ from routing.fleet_view import FleetView, Rows
 from routing.learned_columns import LearnedColumns
 from routing.load import LoadColumns
 from routing.predictor_params import PredictorParams
+from routing.row_inputs import last_active, row_inputs_key
 
 _INF = float("inf")
 _NAN = float("nan")
@@ -122,6 +123,12 @@ class RowTerms:
         # (tests/routing/test_row_terms.py). The arrays' ~60 calls cost what ~32-40 rows one
         # by one do on this VM (docs/results/perf-issue16.md, session 6).
         self.vector_min = VECTOR_MIN_ROWS
+        # Row -> the view and load inputs ``_row`` last read (``row_inputs_key``; None: not
+        # known), so a touched row whose inputs all came back is not recomputed. False: every
+        # touched row is (the reference the property tests compare against, bit for bit).
+        self._inputs: list[tuple[object, ...] | None] = []
+        self.reuse_unmoved = True
+        self.reused = 0  # touched rows found unmoved (not recomputed), since construction
 
     def sync(
         self,
@@ -136,7 +143,8 @@ class RowTerms:
             rows: range | set[int] = range(len(view))
             load.drain()
         else:
-            rows = load.drain().union(view_rows, learned_rows)
+            rows = self._moved(view, load, load.drain().union(view_rows))
+            rows.update(learned_rows)
         self._version = view.version
         if len(rows) >= self.vector_min:
             self._rows_at_once(view, load, learned, np.array(sorted(rows), dtype=np.intp))
@@ -145,6 +153,24 @@ class RowTerms:
                 self._row(view, load, learned, row)
         self.arriving = bool(self._arriving_rows)
         self.hedging = bool(self._hedged_rows)
+
+    def _moved(self, view: FleetView, load: LoadColumns, touched: set[int]) -> set[int]:
+        """The rows of ``touched`` (a new view row or a load change) whose inputs from the view
+        and the load moved since ``_row`` last read them; ``touched`` itself, emptied of the
+        rest. A reservation and its release put every input back (the chosen row of each
+        decision), and an in-flight count is read only by a row without engine metrics."""
+        if not self.reuse_unmoved:
+            return touched
+        inputs = self._inputs
+        for row in list(touched):
+            self._evidence.pop(row, None)  # the view's signal times may have moved all the same
+            key = row_inputs_key(view, load, row, row in self._scaling)
+            if key == inputs[row]:
+                touched.discard(row)
+                self.reused += 1
+            else:
+                inputs[row] = key
+        return touched
 
     def evidence(self, view: FleetView, learned: LearnedColumns, row: int) -> Evidence:
         """``row``'s signal times and learned spreads as they stand (synced to ``view``)."""
@@ -157,6 +183,7 @@ class RowTerms:
         self._view, self._load_generation = view, load.generation
         self._evidence, self._arriving_rows, self._hedged_rows = {}, set(), set()
         size = len(view)
+        self._inputs = [None] * size
         for name in (
             "rtt", "queue", "decode", "base", "base_and_step", "step_room", "itl", "others", "batch", "idle_base",
             "cold_after", "cold_ramp", "warm_until", "keep_warm_due", "arrivals", "arrival_window",
@@ -343,18 +370,7 @@ class RowTerms:
         p = self.params
         ramp = p.cold_ramp
         timeout = view.idle_timeout_s.item(row)
-        # Our last traffic, reservation or warm-up, or a scrape showing the engine running
-        # sequences then, whoever's they were. Waiting alone is not activity: a waking
-        # engine queues everything until its cold start is over.
-        busy = view.running0.item(row) > 0
-        seen = (
-            view.last_traffic_at.item(row),
-            load.last_reserved_at.item(row),
-            load.last_warmed_at.item(row),
-            view.metrics_as_of.item(row) if busy else _NAN,
-        )
-        last = max((at for at in seen if at == at), default=_NAN)
-        base = -_INF if last != last else last
+        base = last_active(view, load, row)
         cold_after = (1.0 - ramp) * timeout
         self.idle_base[row], self.cold_after[row] = base, cold_after
         self.cold_ramp[row] = 2.0 * ramp * timeout
