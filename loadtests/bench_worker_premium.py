@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 from dataclasses import asdict, dataclass
 
@@ -35,6 +36,7 @@ from loadtests.bench.records import BenchResult
 from loadtests.bench.report import summarize
 from loadtests.bench.workload import parse_workload
 from loadtests.bench_overhead import MOCK_ITL_MS, MOCK_TTFT_MS, MODEL, _workload
+from loadtests.cpu_ledger import OTHERS, CpuLedger
 from loadtests.proc_counters import MAIN, Counters, spent, tree_counters
 from loadtests.processes import gateway, mock_backend
 from loadtests.results_file import fmt, write_results
@@ -58,6 +60,7 @@ class SideResult:
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
     by_process: dict[str, Counters]  # the gateway's processes ("main", "worker N"); {} direct
+    error_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def total(self) -> Counters:
         out = Counters()
@@ -151,6 +154,7 @@ def _side(spec: SideSpec, runs: list[tuple[BenchResult, dict[str, Counters]]]) -
         ttft_p50_ms=report.ttft_ms.p50,
         ttft_p99_ms=report.ttft_ms.p99,
         by_process=by_process,
+        error_kinds=report.errors,
     )
 
 
@@ -210,6 +214,7 @@ def format_table(results: list[SideResult]) -> str:
         "(per request of the side: the gateway's CPU and run-queue wait in us, context "
         "switches, read/write syscalls; +p50/+p99 = TTFT minus direct's, ms)"
     )
+    lines.extend(f"{r.name} errors: {r.error_kinds}" for r in results if r.error_kinds)
     lines.extend(_premiums(results))
     return "\n".join(lines)
 
@@ -255,8 +260,18 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     sources = {name: src for name, _, src in (s.partition("=") for s in args.src)}
+    ledger = CpuLedger({})
+    before = ledger.read()
     results = uvloop.run(measure(args.rate_per_worker, args.seconds, args.rounds, sources))
+    machine = ledger.read().minus(before)
     print(format_table(results))
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"the whole run: {machine.wall:.0f} s; at least {machine.busy_groups()} autogroups busy "
+        f"(>= 10% of a core; short-lived processes escape the count), "
+        f"others used {machine.by_label[OTHERS] / machine.wall:.2f} "
+        f"of {cores} cores (nice does not share CPU between autogroups: loadtests/cpu_ledger.py)"
+    )
     payload = {
         "benchmark": "worker_premium",
         "load_average": os.getloadavg(),
@@ -264,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": args.seconds,
         "rounds": args.rounds,
         "sources": sources,
+        "busy_autogroups": machine.busy_groups(),
+        "others_cores": machine.by_label[OTHERS] / machine.wall,
         "sides": [{**asdict(r), "total": asdict(r.total())} for r in results],
     }
     write_results(args.out, "worker-premium", payload)

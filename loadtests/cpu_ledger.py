@@ -10,10 +10,16 @@ be read against the CPU that was there to spend:
     before = ledger.read()
     ...  # the run
     spent = ledger.read().minus(before)   # CPU seconds per label, "others", "idle", wall
+
+The kernel shares CPU between *autogroups* (``/proc/sys/kernel/sched_autogroup_enabled``: one
+group per session, e.g. each engineer's shell), equally whatever the nice values inside them:
+``nice`` only ranks a group's own processes. So the ledger also counts how many groups were
+busy during the run; with k of them busy, this run's group gets about ``cores / k``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -26,6 +32,7 @@ IDLE = "idle"
 
 _PROC = Path("/proc")
 _TICK = os.sysconf("SC_CLK_TCK")
+_BUSY_SHARE = 0.1  # an autogroup that used this much of a core during a run was competing
 
 
 @dataclass(frozen=True)
@@ -34,39 +41,68 @@ class CpuReading:
 
     wall: float
     by_label: Mapping[str, float]
+    # CPU seconds of the live processes of each autogroup (``/proc/<pid>/autogroup``); in a
+    # difference, a group whose processes ended in between counts no less than zero
+    by_group: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    own_group: str = ""  # the load generator's autogroup
 
     def minus(self, earlier: CpuReading) -> CpuReading:
         """What was spent between ``earlier`` and this reading. A process that started or
         ended in between counts only what it spent while both readings could see it."""
-        labels = self.by_label.keys() | earlier.by_label.keys()
+        groups = self.by_group.keys() | earlier.by_group.keys()
         return CpuReading(
             self.wall - earlier.wall,
-            {k: self.by_label.get(k, 0.0) - earlier.by_label.get(k, 0.0) for k in labels},
+            _combine(self.by_label, earlier.by_label, -1),
+            {g: max(0.0, self.by_group.get(g, 0.0) - earlier.by_group.get(g, 0.0)) for g in groups},
+            self.own_group,
         )
 
     def plus(self, other: CpuReading) -> CpuReading:
-        labels = self.by_label.keys() | other.by_label.keys()
         return CpuReading(
             self.wall + other.wall,
-            {k: self.by_label.get(k, 0.0) + other.by_label.get(k, 0.0) for k in labels},
+            _combine(self.by_label, other.by_label, 1),
+            _combine(self.by_group, other.by_group, 1),
+            self.own_group or other.own_group,
         )
 
+    def busy_groups(self, threshold: float = _BUSY_SHARE) -> int:
+        """Autogroups that used at least ``threshold`` of a core over ``wall`` (a difference)."""
+        if self.wall <= 0:
+            return 0
+        return sum(1 for seconds in self.by_group.values() if seconds / self.wall >= threshold)
 
-def _processes() -> tuple[dict[int, float], dict[int, list[int]]]:
-    """CPU seconds (user + system) of every live process, and each one's children."""
+
+def _combine(a: Mapping[str, float], b: Mapping[str, float], sign: int) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + sign * b.get(k, 0.0) for k in a.keys() | b.keys()}
+
+
+def _processes() -> tuple[dict[int, float], dict[int, list[int]], dict[str, float]]:
+    """CPU seconds (user + system) of every live process, each one's children, and the CPU
+    seconds of each autogroup's live processes."""
     cpu: dict[int, float] = {}
     children: dict[int, list[int]] = {}
+    groups: dict[str, float] = {}
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            group = _autogroup(entry)
         except OSError:
             continue  # ended while we looked
         pid = int(entry.name)
         children.setdefault(int(fields[1]), []).append(pid)
         cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICK
-    return cpu, children
+        groups[group] = groups.get(group, 0.0) + cpu[pid]
+    return cpu, children, groups
+
+
+def _autogroup(entry: Path) -> str:
+    """``/autogroup-N`` of a process ("" without autogroups, or for a kernel thread)."""
+    try:
+        return (entry / "autogroup").read_text().split()[0]
+    except (FileNotFoundError, IndexError):
+        return ""
 
 
 def _machine() -> tuple[float, float]:
@@ -99,7 +135,7 @@ class CpuLedger:
 
     def read(self) -> CpuReading:
         wall = time.monotonic()
-        cpu, children = _processes()
+        cpu, children, groups = _processes()
         busy, idle = _machine()
         by_label: dict[str, float] = {}
         ours = 0.0
@@ -118,7 +154,8 @@ class CpuLedger:
                     todo.extend(children.get(pid, ()))
         by_label[OTHERS] = busy - ours
         by_label[IDLE] = idle
-        return CpuReading(wall, by_label)
+        groups.pop("", None)  # kernel threads: not a group the scheduler shares with us
+        return CpuReading(wall, by_label, groups, _autogroup(_PROC / str(own)))
 
 
 def format_ledger(title: str, spent: CpuReading, requests: int) -> str:
@@ -141,5 +178,14 @@ def format_ledger(title: str, spent: CpuReading, requests: int) -> str:
             f"  the run's processes: {per_request * 1e6:.0f} us/request, so at most "
             f"{cores / per_request:.0f} requests/s on {cores} idle cores "
             f"({requests / spent.wall:.0f} measured)"
+        )
+    busy = spent.busy_groups()
+    if busy:  # the kernel's share between sessions, which nice does not change
+        own = spent.by_group.get(spent.own_group, 0.0) / spent.wall >= _BUSY_SHARE
+        sharing = busy if own else busy + 1
+        lines.append(
+            f"  busy autogroups (>= {_BUSY_SHARE:.0%} of a core): {busy} "
+            f"({'ours among them' if own else 'and ours'}), so this run's fair share is "
+            f"about {cores / sharing:.2f} of {cores} cores"
         )
     return "\n".join(lines)

@@ -6,6 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from loadtests.cpu_ledger import IDLE, LOADGEN, OTHERS, CpuLedger, format_ledger
 
@@ -68,3 +71,33 @@ def test_readings_add_and_subtract_label_by_label() -> None:
     delta = second.minus(first)
     assert delta.plus(delta).by_label[LOADGEN] == 2 * delta.by_label[LOADGEN]
     assert delta.plus(delta).wall == 2 * delta.wall
+
+
+def test_a_busy_process_of_another_session_is_another_busy_autogroup() -> None:
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("this kernel has no autogroups")
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a new session is a new autogroup
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        ledger = CpuLedger({})
+        before = ledger.read()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "burnt"
+        spent = ledger.read().minus(before)
+        group = Path(f"/proc/{child.pid}/autogroup").read_text().split()[0]
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert group != spent.own_group and spent.own_group.startswith("/autogroup-")
+    assert spent.by_group[group] >= BURN_S - 0.02  # clock ticks, as above
+    if spent.by_group[group] / spent.wall >= 0.1:  # a slow host may stretch the wall time
+        assert spent.busy_groups() >= 1
+        assert "busy autogroups" in format_ledger("side", spent, requests=10)
