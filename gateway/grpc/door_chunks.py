@@ -3,7 +3,8 @@
 The relay core hands every door the same :class:`~gateway.stream.OpenedStream`; over HTTP the
 door's wire (``gateway/doors/wire.py``) writes it, over gRPC these objects become messages:
 
-- chat / completions: each upstream chunk, the model named as the client named it;
+- chat / completions: each upstream chunk, the model named as the client named it (a chat
+  stream's role-only opener folded into the chunk read with it: ``gateway/grpc/opener.py``);
 - embeddings: the whole answer body, once (no stream);
 - Messages: each Anthropic event's data object, from the HTTP door's own codec (so a chat-only
   backend's answer is translated exactly as over HTTP, a native one passed through).
@@ -12,15 +13,19 @@ door's wire (``gateway/doors/wire.py``) writes it, over gRPC these objects becom
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.doors.messages.door import MessagesWire
 from gateway.doors.wire import public_model_renamer
+from gateway.grpc.opener import fold_opener, role_opener
 from gateway.inbound import Endpoint, InboundRequest
 from gateway.sse import SseEvent, SseSplitter
 from gateway.stream import OpenedStream, StreamBroken
+
+if TYPE_CHECKING:
+    from gateway.lifecycle.call import CoreCall
 
 
 class UpstreamErrorEvent(Exception):
@@ -45,28 +50,49 @@ Events = Callable[[], AsyncIterator[SseEvent]]
 
 
 async def door_chunks(
-    inbound: InboundRequest, opened: OpenedStream, events: Events
+    inbound: InboundRequest, opened: OpenedStream, call: CoreCall
 ) -> AsyncIterator[dict[str, Any]]:
-    """The objects to send, in order, from ``events`` (the call's parsed view,
-    :meth:`gateway.lifecycle.call.CoreCall.events`); raises :class:`StreamBroken` or
-    :class:`UpstreamErrorEvent` when the exchange fails."""
+    """The objects to send, in order, from the call's events; raises :class:`StreamBroken` or
+    :class:`UpstreamErrorEvent` when the exchange fails.
+
+    Chat and completions read the raw view (:meth:`CoreCall.batches`, one list per upstream
+    read) and parse each event here, once: one generator resumption per read, not per event
+    (the parsed view, :meth:`CoreCall.events`, is a generator of its own over the same lists)."""
     rename = public_model_renamer(inbound, opened)
     if opened.exchange.body is not None:  # a non-streaming exchange: its whole answer
         yield _object(rename(opened.exchange.body), "answer")  # its usage: read by the attempt
         return
     if inbound.endpoint is Endpoint.MESSAGES:
-        async for event in _messages_events(inbound, opened, events):
+        async for event in _messages_events(inbound, opened, call.events):
             yield event
         return
-    async for sse in events():
-        if sse.is_done:
-            return
-        if sse.data is None:
-            continue
-        data = _object(rename(sse.data), "event")
-        if "error" in data:
-            raise UpstreamErrorEvent(data)
-        yield data
+    opener_possible = inbound.endpoint is Endpoint.CHAT  # a chat stream's first chunk
+    held: dict[str, Any] | None = None  # a role-only opener, folded into the next chunk
+    role = ""
+    async for batch in call.batches():
+        last = len(batch) - 1
+        for index, sse in enumerate(batch):
+            if sse.data is None:
+                continue
+            if sse.is_done:
+                break
+            data = _object(rename(sse.data), "event")
+            if held is not None:
+                if not fold_opener(held, role, data):
+                    yield held
+                held = None
+            if "error" in data:
+                raise UpstreamErrorEvent(data)
+            if opener_possible:
+                opener_possible = False
+                role = role_opener(data) or ""
+                if role and index < last:  # its follower is in this read: no wait added
+                    held = data
+                    continue
+            yield data
+        if held is not None:  # nothing followed it in its read
+            yield held
+            held = None
 
 
 async def _messages_events(

@@ -103,7 +103,7 @@ class RelayBackend:
             if opened.hop is not None:  # this hop's span (W3C traceresponse), as over HTTP
                 initial.append(("traceresponse", opened.hop.trace.traceparent()))
             yield StreamOpened(tuple(initial))
-            async for data in door_chunks(inbound, opened, call.events):  # per API
+            async for data in door_chunks(inbound, opened, call):  # per API
                 yield StreamChunk(data)
             exchange.completed()
             yield StreamEnded(summary_metadata(opened.summary(time.perf_counter())))

@@ -5,6 +5,12 @@ failure), hand it to the injected :class:`InferenceBackend`, send initial metada
 first token is ready, convert every chunk, and end with trailers — OK with end-of-stream timings,
 or the mapped status. A client that cancels or whose deadline passes cancels this handler; the
 backend stream is closed with it, which cancels the upstream request.
+
+The streaming handlers are coroutines that write each message themselves
+(``context.write``, grpc.aio's reader/writer form) rather than async generators: grpc.aio
+iterates a generator handler with its own loop around the same ``write``, so each generator
+layer between the backend's events and that write is one more resumption per chunk. Here there
+is one loop: backend event -> message -> ``write``.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,6 +27,7 @@ import grpc
 
 from gateway.auth.keys import Principal
 from gateway.errors import ApiError
+from gateway.grpc.call_metadata import REQUEST_ID_KEY, CallMetadata, read_call_metadata
 from gateway.grpc.chunk_convert import (
     MalformedChunk,
     chat_chunk_from_json,
@@ -55,11 +62,6 @@ from proto.meridian.v1 import inference_pb2_grpc as pb_grpc
 
 log = logging.getLogger("meridian.grpc")
 
-TENANT_KEY = "x-meridian-tenant"
-AUTHORIZATION_KEY = "authorization"
-REQUEST_ID_KEY = "x-request-id"
-FORWARDED_FOR_KEY = "x-forwarded-for"
-FORWARDED_KEYS = frozenset({"traceparent", "tracestate"})
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 Chunk = TypeVar(
@@ -93,9 +95,7 @@ def peer_address(peer: str | None) -> str | None:
     return None
 
 
-def _text_metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
-    pairs = context.invocation_metadata() or ()
-    return {key: value for key, value in pairs if isinstance(value, str)}
+Send = Callable[[Any], Awaitable[None]]  # one converted message to the client
 
 
 class InferenceServicer(pb_grpc.InferenceServicer):
@@ -105,50 +105,60 @@ class InferenceServicer(pb_grpc.InferenceServicer):
 
     async def ChatCompletion(
         self, request: pb.ChatCompletionRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ChatCompletionChunk]:
-        stream = self._relay(
-            RpcKind.CHAT, request, chat_request_to_body, chat_chunk_from_json, context
+    ) -> None:
+        await self._serve(
+            RpcKind.CHAT,
+            request,
+            chat_request_to_body,
+            chat_chunk_from_json,
+            context,
+            context.write,
         )
-        async for chunk in _guarded(stream, context):
-            yield chunk
 
     async def Completion(
         self, request: pb.CompletionRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.CompletionChunk]:
-        stream = self._relay(
+    ) -> None:
+        await self._serve(
             RpcKind.COMPLETIONS,
             request,
             completion_request_to_body,
             completion_chunk_from_json,
             context,
+            context.write,
         )
-        async for chunk in _guarded(stream, context):
-            yield chunk
 
     async def Embeddings(
         self, request: pb.EmbeddingsRequest, context: grpc.aio.ServicerContext
     ) -> pb.EmbeddingsResponse:
-        stream = self._relay(
+        answers: list[pb.EmbeddingsResponse] = []
+
+        async def keep(answer: pb.EmbeddingsResponse) -> None:
+            answers.append(answer)
+
+        await self._serve(
             RpcKind.EMBEDDINGS,
             request,
             embeddings_request_to_body,
             embeddings_response_from_json,
             context,
+            keep,
         )
         # Unary: the backend's one answer, after its stream ended (trailers set) or failed.
-        answers = [answer async for answer in _guarded(stream, context)]
         if len(answers) != 1:
             await context.abort(grpc.StatusCode.INTERNAL, "backend sent no single answer")
         return answers[0]
 
     async def Messages(
         self, request: pb.MessagesRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.MessagesEvent]:
-        stream = self._relay(
-            RpcKind.MESSAGES, request, messages_request_to_body, messages_event_from_json, context
+    ) -> None:
+        await self._serve(
+            RpcKind.MESSAGES,
+            request,
+            messages_request_to_body,
+            messages_event_from_json,
+            context,
+            context.write,
         )
-        async for event in _guarded(stream, context):
-            yield event
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
@@ -163,8 +173,9 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         kind: RpcKind,
         converted: ConvertedRequest,
         context: grpc.aio.ServicerContext,
-        received_at: float,
+        metadata: CallMetadata,
         request_id: str,
+        received_at: float,
     ) -> BackendRequest:
         body = converted.body_bytes()
         if len(body) > self.limits.max_body_bytes:
@@ -172,13 +183,12 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"request is {len(body)} bytes as JSON; the limit is {self.limits.max_body_bytes}",
             )
-        metadata = _text_metadata(context)
-        tenant = converted.tenant or metadata.get(TENANT_KEY)
+        tenant = converted.tenant or metadata.tenant
         key_id: str | None = None
         if self.limits.authenticate is not None:
             try:
                 model = str(converted.body.get("model", ""))
-                principal = self.limits.authenticate(metadata.get(AUTHORIZATION_KEY), tenant, model)
+                principal = self.limits.authenticate(metadata.authorization, tenant, model)
                 tenant, key_id = principal.tenant, principal.key_id
             except ApiError as err:
                 failure = failure_for_error(err)
@@ -190,44 +200,60 @@ class InferenceServicer(pb_grpc.InferenceServicer):
             tenant=tenant,
             key_id=key_id,
             timeout_s=context.time_remaining(),
-            forward_metadata=tuple((k, v) for k, v in metadata.items() if k in FORWARDED_KEYS),
+            forward_metadata=metadata.forward,
             received_at=received_at,
             peer=peer_address(context.peer()),
-            forwarded_for=tuple(
-                value
-                for key, value in context.invocation_metadata() or ()
-                if key == FORWARDED_FOR_KEY and isinstance(value, str)
-            ),
+            forwarded_for=metadata.forwarded_for,
         )
 
-    async def _relay(
+    async def _serve(
         self,
         kind: RpcKind,
         request: Any,
         to_body: Callable[[Any], ConvertedRequest],
         from_json: Callable[[dict[str, Any]], Chunk],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncGenerator[Chunk, None]:
+        send: Send,
+    ) -> None:
+        """One call: its body to the backend, each chunk converted and sent, then its ending.
+        A bug below ends the call INTERNAL without leaking its text to the client (gRPC would
+        otherwise send the exception's repr as UNKNOWN)."""
         received_at = time.perf_counter()
-        request_id = _text_metadata(context).get(REQUEST_ID_KEY) or uuid.uuid4().hex
-        # Every ending names the request (an abort without trailers of its own sends these).
-        context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
         try:
-            converted = to_body(request)
-        except InvalidRequest as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        backend_request = await self._backend_request(
-            kind, converted, context, received_at, request_id
-        )
+            metadata = read_call_metadata(context.invocation_metadata())
+            request_id = metadata.request_id or uuid.uuid4().hex
+            # Every ending names the request (an abort without trailers of its own sends these).
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+            try:
+                converted = to_body(request)
+            except InvalidRequest as err:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            backend_request = await self._backend_request(
+                kind, converted, context, metadata, request_id, received_at
+            )
+            await self._relay(backend_request, from_json, context, send)
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("gRPC handler failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal gateway error")
+
+    async def _relay(
+        self,
+        backend_request: BackendRequest,
+        from_json: Callable[[dict[str, Any]], Chunk],
+        context: grpc.aio.ServicerContext,
+        send: Send,
+    ) -> None:
+        request_id = backend_request.request_id
         events = self.backend.stream(backend_request)
-        async with aclosing(events):
+        async with aclosing(events):  # closed whatever happens: cancels the upstream
             async for event in events:
-                if isinstance(event, StreamChunk):
+                if type(event) is StreamChunk:  # nearly every event: checked first
                     try:
-                        yield from_json(event.data)
+                        message = from_json(event.data)
                     except MalformedChunk as err:
-                        rid = backend_request.request_id
-                        log.warning("request_id=%s %s %s", rid, err, scrub(err.detail))
+                        log.warning("request_id=%s %s %s", request_id, err, scrub(err.detail))
                         # Handed back to the core, which classifies it as every malformed
                         # stream (upstream_malformed: counted, against the backend), not as a
                         # client leaving (what closing the generator here would say).
@@ -235,6 +261,7 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                         if isinstance(failed, StreamFailed):
                             await _abort_with(context, failed, request_id)
                         await context.abort(grpc.StatusCode.INTERNAL, str(err))
+                    await send(message)
                 elif isinstance(event, StreamOpened):
                     await context.send_initial_metadata(event.metadata)
                 elif isinstance(event, StreamEnded):
@@ -244,22 +271,6 @@ class InferenceServicer(pb_grpc.InferenceServicer):
                     await _abort_with(context, event, request_id)
         # The backend ended without saying how: treat as broken, never as a silent OK.
         await context.abort(grpc.StatusCode.INTERNAL, "backend stream ended without a status")
-
-
-async def _guarded(
-    stream: AsyncGenerator[Chunk, None], context: grpc.aio.ServicerContext
-) -> AsyncGenerator[Chunk, None]:
-    """Close ``stream`` whatever happens; a bug below ends the call INTERNAL without leaking
-    its text to the client (gRPC would otherwise send the exception's repr as UNKNOWN)."""
-    async with aclosing(stream):
-        try:
-            async for chunk in stream:
-                yield chunk
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            log.exception("gRPC handler failed")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal gateway error")
 
 
 async def _abort_with(

@@ -9,7 +9,7 @@ the request arrives as bytes and is parsed inside the handler: a ``DecodeError``
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -36,19 +36,10 @@ async def _decoded(kind: type[Request], raw: bytes, context: grpc.aio.ServicerCo
         raise AssertionError("abort raises") from None
 
 
-def _streaming(
-    kind: type[Request],
-    method: Callable[[Request, grpc.aio.ServicerContext], AsyncIterator[Any]],
-) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[Any]]:
-    async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        request = await _decoded(kind, raw, context)
-        async for chunk in method(request, context):
-            yield chunk
+def _decoding(kind: type[Request], method: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+    """A coroutine handler (grpc.aio runs a streaming one in its reader/writer form: the
+    method writes each message itself) that parses the request first."""
 
-    return handler
-
-
-def _unary(kind: type[Request], method: Callable[..., Any]) -> Callable[..., Any]:
     async def handler(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         return await method(await _decoded(kind, raw, context), context)
 
@@ -63,27 +54,27 @@ def add_inference_servicer(servicer: pb_grpc.InferenceServicer, server: grpc.aio
     """Like ``add_InferenceServicer_to_server``, parsing requests inside the handlers."""
     handlers = {
         "ChatCompletion": grpc.unary_stream_rpc_method_handler(
-            _streaming(pb.ChatCompletionRequest, servicer.ChatCompletion),
+            _decoding(pb.ChatCompletionRequest, servicer.ChatCompletion),
             request_deserializer=_raw,
             response_serializer=pb.ChatCompletionChunk.SerializeToString,
         ),
         "Completion": grpc.unary_stream_rpc_method_handler(
-            _streaming(pb.CompletionRequest, servicer.Completion),
+            _decoding(pb.CompletionRequest, servicer.Completion),
             request_deserializer=_raw,
             response_serializer=pb.CompletionChunk.SerializeToString,
         ),
         "Embeddings": grpc.unary_unary_rpc_method_handler(
-            _unary(pb.EmbeddingsRequest, servicer.Embeddings),
+            _decoding(pb.EmbeddingsRequest, servicer.Embeddings),
             request_deserializer=_raw,
             response_serializer=pb.EmbeddingsResponse.SerializeToString,
         ),
         "Messages": grpc.unary_stream_rpc_method_handler(
-            _streaming(pb.MessagesRequest, servicer.Messages),
+            _decoding(pb.MessagesRequest, servicer.Messages),
             request_deserializer=_raw,
             response_serializer=pb.MessagesEvent.SerializeToString,
         ),
         "ListModels": grpc.unary_unary_rpc_method_handler(
-            _unary(pb.ListModelsRequest, servicer.ListModels),
+            _decoding(pb.ListModelsRequest, servicer.ListModels),
             request_deserializer=_raw,
             response_serializer=pb.ListModelsResponse.SerializeToString,
         ),

@@ -79,6 +79,11 @@ async def test_chat_through_the_gateway_carries_route_and_timing() -> None:
         initial = dict(await call.initial_metadata())
         trailing = dict(await call.trailing_metadata())
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 4
+    # The engine's role-only opener came with the first token: one message, not two
+    # (gateway/grpc/opener.py); 4 tokens and the usage chunk.
+    assert len(chunks) == 5
+    first = chunks[0].choices[0].delta
+    assert first.role == "assistant" and first.content
     assert chunks[-1].usage.completion_tokens == 4
     assert "backend=b1" in initial["x-meridian-route"]
     assert initial["x-request-id"] == "grpc-req-1"

@@ -1,0 +1,79 @@
+"""The chat stream's role-only opener folded into the chunk read with it (gateway/grpc/opener)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gateway.grpc.opener import fold_opener, role_opener
+
+ENVELOPE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
+
+
+def _chunk(delta: Any, **choice: Any) -> dict[str, Any]:
+    return {**ENVELOPE, "choices": [{"index": 0, "delta": delta, **choice}]}
+
+
+OPENER = _chunk({"role": "assistant", "content": ""}, logprobs=None, finish_reason=None)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        OPENER,
+        _chunk({"role": "assistant"}),
+        _chunk({"role": "assistant", "content": None, "tool_calls": None}, stop_reason=None),
+    ],
+)
+def test_role_only_openers_are_recognised(data: dict[str, Any]) -> None:
+    assert role_opener(data) == "assistant"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _chunk({"role": "assistant", "content": "Hi"}),  # carries text
+        _chunk({"role": "assistant", "refusal": "no"}),
+        _chunk({"role": "assistant", "tool_calls": [{"index": 0}]}),
+        _chunk({"role": "assistant"}, finish_reason="stop"),
+        _chunk({"role": "assistant"}, logprobs={"content": []}),
+        {**_chunk({"role": "assistant"}), "usage": {"prompt_tokens": 1}},
+        _chunk({"content": ""}),  # no role
+        _chunk({"role": 5}),
+        {**ENVELOPE, "choices": []},
+        {**ENVELOPE, "choices": [OPENER["choices"][0], OPENER["choices"][0]]},
+        {**ENVELOPE, "choices": "nope"},
+        _chunk("nope"),
+    ],
+)
+def test_anything_a_client_could_read_is_not_an_opener(data: dict[str, Any]) -> None:
+    assert role_opener(data) is None
+
+
+def test_the_role_moves_into_the_next_chunk_of_the_same_choice() -> None:
+    follower = _chunk({"content": "Hello"}, logprobs=None, finish_reason=None)
+    assert fold_opener(OPENER, "assistant", follower)
+    assert follower["choices"][0]["delta"] == {"role": "assistant", "content": "Hello"}
+    no_delta: dict[str, Any] = {**ENVELOPE, "choices": [{"index": 0, "finish_reason": "length"}]}
+    assert fold_opener(OPENER, "assistant", no_delta)
+    assert no_delta["choices"][0]["delta"] == {"role": "assistant"}
+
+
+@pytest.mark.parametrize(
+    "follower",
+    [
+        {**_chunk({"content": "x"}), "id": "other"},  # another response
+        {**_chunk({"content": "x"}), "model": "other"},
+        _chunk({"content": "x"}) | {"choices": [{"index": 1, "delta": {"content": "x"}}]},
+        _chunk({"role": "tool", "content": "x"}),  # names a role of its own
+        {**ENVELOPE, "choices": []},  # the usage-only chunk
+        {"error": {"message": "boom"}},
+        _chunk("nope"),
+    ],
+)
+def test_a_follower_that_cannot_carry_the_role_is_left_alone(follower: dict[str, Any]) -> None:
+    before = copy.deepcopy(follower)
+    assert not fold_opener(OPENER, "assistant", follower)
+    assert follower == before
