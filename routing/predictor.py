@@ -4,7 +4,11 @@
            + first_token_overhead
 
 ``step`` is what a busy engine adds around the prefill: the rest of the step in progress and
-the decoding batch's share of every step the prefill spans (see ``predictor_rows``).
+the decoding batch's share of every step the prefill spans (see ``predictor_rows``). The rest
+of the step in progress is half a step for ranking; the candidates a decision returns have it
+from the engine's step clock where the gateway sees that engine's steps end
+(``routing.step_clock``: the phase was most of the median error where a step is a large share
+of the TTFT).
 
 ``downstream`` is for gateway-kind backends (another Meridian): what that gateway reports for
 its best local backend for the model, which replaces our own queue and cold-start guesses.
@@ -34,6 +38,7 @@ from routing.predictor_detail import CONFIGURED, TERMS, RowInputs
 from routing.predictor_params import PredictorParams
 from routing.predictor_rows import Evidence, RowTerms
 from routing.quick_init import quick_init
+from routing.step_clock import phased
 from routing.types import LatencyClass, RequestProfile
 
 _STEP = TERMS.index("step")
@@ -81,10 +86,14 @@ class Prediction:
 
     def capture(self, row: int) -> RowInputs:
         """Everything ``row``'s breakdown needs, read now: the columns move on later."""
+        terms, ttft = phased(
+            self.row_terms.step_clock, self.view.names[row], self.now, self.terms_at(row),
+            self.ttft_ms.item(row), self.decode.item(row),
+        )  # fmt: skip
         return row_inputs(
             self.row_terms.evidence(self.view, self.learned, row),
-            self.terms_at(row),
-            self.ttft_ms.item(row),
+            terms,
+            ttft,
             self.now,
             0.0 if self.cold_prob is None else self.cold_prob.item(row),
             row in self.reports,

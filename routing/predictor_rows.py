@@ -33,6 +33,7 @@ from routing.learned_columns import LearnedColumns
 from routing.load import LoadColumns
 from routing.predictor_params import PredictorParams
 from routing.row_inputs import last_active, row_inputs_key
+from routing.step_clock import StepClock
 
 _INF = float("inf")
 _NAN = float("nan")
@@ -129,6 +130,9 @@ class RowTerms:
         self._inputs: list[tuple[object, ...] | None] = []
         self.reuse_unmoved = True
         self.reused = 0  # touched rows found unmoved (not recomputed), since construction
+        # Where each engine is in its step (routing.step_clock), set by a scorer that keeps one:
+        # the candidates a decision returns have their half step replaced by the wait it tells.
+        self.step_clock: StepClock | None = None
 
     def sync(
         self,

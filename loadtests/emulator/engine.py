@@ -128,6 +128,7 @@ class Engine:
         self._running: dict[int, _Sequence] = {}  # admission order
         self._step: _Step | None = None
         self._free_at = now
+        self._step_ended = -math.inf  # no step yet
         self._now = now
         self._order = 0
         # Serverless engines start scaled to zero; dedicated ones are always warm.
@@ -182,6 +183,11 @@ class Engine:
         if self._step is not None:
             return self._step.end
         return self._next_step_start()
+
+    @property
+    def last_step_end(self) -> float:
+        """When the engine's latest finished step ended (its tokens left then)."""
+        return self._step_ended
 
     def is_cold(self, now: float) -> bool:
         timeout = self.params.idle_timeout_s
@@ -323,7 +329,7 @@ class Engine:
     def _finish_step(self, step: _Step) -> None:
         self._step = None
         end = step.end
-        self._free_at = self._last_active = end
+        self._free_at = self._last_active = self._step_ended = end
         running = self._running
         for seq_id, chunk in step.prefill:
             seq = running.get(seq_id)

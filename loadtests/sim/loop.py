@@ -22,6 +22,7 @@ from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
 from loadtests.sim.shared_prefixes import SharedPrefixes
 from loadtests.sim.signal_schedule import SignalSchedule
 from loadtests.sim.signals import SignalModel
+from loadtests.sim.step_ticks import StepTicks
 from loadtests.sim.trace import Trace, TraceRequest
 from routing.deadline import unmeetable
 from routing.pipeline.router import PipelineRouter
@@ -78,6 +79,10 @@ class Simulation:
         self._schedule = SignalSchedule(scenario.signals, self.backends, scenario.seed)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
         self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
+        self._ticks = StepTicks(
+            [getattr(router, "step_clock", None) for router in self.routers],
+            [b.name for b in self.backends], self._one_way_s,
+        )  # fmt: skip
         self.results = ResultColumns(len(trace), len(self.backends))
         self._requests = trace.requests()
         self._upcoming: TraceRequest | None = next(self._requests, None)
@@ -255,17 +260,30 @@ class Simulation:
             return  # superseded by a later reschedule
         self._wake_at[b] = math.inf
         backend = self.backends[b]
-        for event in backend.engine.advance(now):
+        events = backend.engine.advance(now)
+        ticks = self._ticks
+        if ticks.active:
+            ticks.ended(b, backend.engine.last_step_end)
+        for event in events:
             if event.seq_id < 0:
                 continue
             state = self._open[event.seq_id]
             if event.kind is EventKind.FIRST_TOKEN:
                 state.first_at, state.cached = event.time, event.cached_tokens
                 self._push(max(event.time + state.one_way_s, now), FIRST, event.seq_id)
+                if ticks.active:
+                    ticks.streaming(state.request.gateway, b, 1)
             elif event.kind is EventKind.FINISHED:
+                if ticks.active:
+                    ticks.streaming(state.request.gateway, b, -1)
                 self.results.finished(event.seq_id, event.time, event.tokens)
                 self._push(event.time + state.one_way_s, RETURN, event.seq_id)
         self._touched(backend, now)
+
+    def _one_way_s(self, gateway: int, b: int) -> float:
+        backend = self.backends[b]
+        region = self.signals.gateways[gateway].region
+        return (self.scenario.rtt(region, backend.region) + backend.path_extra_ms) / 2000.0
 
     def _first(self, now: float, i: int) -> None:
         """The first token reaches the gateway: the router learns the TTFT now, as the

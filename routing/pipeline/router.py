@@ -25,6 +25,7 @@ from routing.pipeline.scoring import (
     Scorer,
 )
 from routing.prefix_index import PurgeProgress
+from routing.step_clock import StepClock
 from routing.types import Decision, FirstToken, FleetSnapshot, Observation, RequestProfile
 
 
@@ -51,6 +52,8 @@ class PipelineRouter:
         self._rng = random.Random(rng_seed)
         self._views = ViewCache()
         self._latest = -float("inf")  # the latest time seen (decide, reserve, observe)
+        # Fed with the arrival of every token a stream brings, when the scorer keeps one.
+        self.step_clock: StepClock | None = getattr(scorer, "step_clock", None)
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         """Rank the top ``max_ranked`` candidates and count the first as in flight."""

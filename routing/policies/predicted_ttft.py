@@ -29,6 +29,7 @@ from routing.predictor_rows import RowTerms
 from routing.predictor_scalar import RowPrediction, predict_rows
 from routing.prefix_index import PrefixIndex, PurgeProgress, matching_chain
 from routing.prewarm import PrewarmParams, warm_up_rows
+from routing.step_clock import StepClock, phased
 from routing.types import LatencyClass, Observation, RequestProfile
 
 _RTT, _PREFILL, _STEP, _COLD = (
@@ -108,6 +109,7 @@ class PredictedTTFTScorer:
             self.learner, params.default_output_tokens, params.default_prompt_tokens
         )
         self.row_terms = RowTerms(self.predictor_params)
+        self.step_clock = self.row_terms.step_clock = StepClock()  # tokens seen: step ends
         self.explorer = Explorer(
             ExploreParams(
                 share=params.explore_share, after_s=params.explore_after_s,
@@ -204,10 +206,15 @@ class PredictedTTFTScorer:
         return RowScores(values, basis, preds, cached, mode=why, explored=True)
 
     def capture_row(self, view: FleetView, prediction: RowPrediction, now: float) -> RowInputs:
-        evidence = self.row_terms.evidence(view, self.learned, prediction.row)
+        row = prediction.row
+        evidence = self.row_terms.evidence(view, self.learned, row)
+        terms, ttft = phased(
+            self.step_clock, view.names[row], now, prediction.terms, prediction.ttft_ms,
+            self.row_terms.decode.item(row),
+        )  # fmt: skip
         return row_inputs(
-            evidence, prediction.terms, prediction.ttft_ms, now, prediction.cold_prob, False,
-            prediction.placement_ms, self.predictor_params,
+            evidence, terms, ttft, now, prediction.cold_prob, False, prediction.placement_ms,
+            self.predictor_params,
         )  # fmt: skip
 
     def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
@@ -265,6 +272,7 @@ class PredictedTTFTScorer:
         return self.index.purge_step(now, max_scan)
 
     def observe_first_token(self, observation: Observation) -> None:
+        self.step_clock.seen(observation.backend, observation.at)
         view = self._view
         row = None if view is None else view.index.get(observation.backend)
         spec = None if view is None or row is None else view.specs[row]
@@ -293,6 +301,8 @@ class PredictedTTFTScorer:
                 seqs = view.max_num_seqs.item(row)
                 itl_scale = self.row_terms.batch_scale(min(depth + 1.0, seqs), seqs)
         self.learner.observe(self._current_rtt(observation, row), spec, itl_scale)
+        if observation.ok:  # the stream's last token: a step ended there
+            self.step_clock.seen(observation.backend, observation.at)
         if observation.ok and observation.prefix_hashes:
             record(
                 self.index, observation.backend, observation.prefix_hashes,

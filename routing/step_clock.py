@@ -1,0 +1,107 @@
+"""Where a backend's engine is in its step: the phase a point prediction otherwise guesses.
+
+A request reaching a busy engine waits for the step in progress before its own prefill is
+scheduled. The predictor takes half a step for it, the mean over a phase it cannot see, and
+that guess alone is about the whole of the median error where the step is a large share of
+the TTFT (scenarios 2 and 8: a uniform phase over a 20-30 ms step on a 50-70 ms TTFT is a
+~10% median error however right every other term is). But a gateway streaming an answer from
+that engine sees each step end: every running sequence gets one token a step, and the token
+arrives half a round trip later. ``StepClock`` keeps, per backend, when the last token was
+seen and the step's length (the gaps between consecutive ticks that look like plain decode
+steps); ``wait_ms`` turns that into the wait for the next step boundary of a request that
+reaches the engine and passes its fixed overhead ``lead_ms`` from now.
+
+It answers only what the ticks say: nothing seen within a step (no stream running there, or a
+step longer than a decode step, a prefill chunk in it, whose end nobody can tell), or a step
+length unlike the predictor's own (ticks too sparse to measure one), and the half step stands.
+The clock is fed by whatever sees tokens: the simulator at every step end of an engine where
+that gateway has an answer streaming, and first tokens and ends of streams in the router
+(``PredictedTTFTScorer``); a gateway's relay can feed every chunk (``seen``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from routing.predictor_detail import TERMS
+
+_GAP_RATIO = 1.5  # a gap longer than this x the step is a step with prefill, or an unseen one
+_ALPHA = 0.1  # EWMA weight of one gap
+_AGREE = 2.0  # the measured step is used within this factor of the predictor's decode step
+_KEPT = 4  # ticks kept per backend
+_HORIZON = 2.0  # steps the phase is extrapolated over (later boundaries may carry prefill)
+_RTT, _STEP, _OVERHEAD = (TERMS.index(name) for name in ("rtt", "step", "first_token_overhead"))
+
+
+class StepClock:
+    """Per backend: when tokens were last seen (gateway clock, seconds) and the decode step's
+    length learned from consecutive ticks (ms)."""
+
+    __slots__ = ("_period", "_ticks")
+
+    def __init__(self) -> None:
+        # The last few ticks: a simulator hands a tick in when the step ends, a one-way trip
+        # before the gateway would see it, so a read takes the latest one seen by then.
+        self._ticks: dict[str, deque[float]] = {}
+        self._period: dict[str, float] = {}
+
+    def seen(self, backend: str, at: float) -> None:
+        """A token from ``backend`` arrived at ``at``: its engine ended a step a one-way trip
+        before. Ticks come in time order per backend; repeats (many streams, one step) count
+        once."""
+        ticks = self._ticks.get(backend)
+        if ticks is None:
+            self._ticks[backend] = deque((at,), maxlen=_KEPT)
+            return
+        last = ticks[-1]
+        if at <= last:
+            return
+        ticks.append(at)
+        gap = 1000.0 * (at - last)
+        period = self._period.get(backend)
+        if period is None:
+            self._period[backend] = gap
+        elif gap <= _GAP_RATIO * period:
+            self._period[backend] = period + _ALPHA * (gap - period)
+
+    def period_ms(self, backend: str) -> float | None:
+        """The decode step's length learned for ``backend`` (None: fewer than two ticks)."""
+        return self._period.get(backend)
+
+    def wait_ms(self, backend: str, now: float, lead_ms: float, decode_ms: float) -> float | None:
+        """The wait for the next step boundary of a request decided at ``now`` that is
+        eligible ``lead_ms`` later on the engine's side of the last tick (a round trip plus
+        its fixed overhead); None when the ticks cannot say. ``decode_ms``: the predictor's
+        own decode step there, a check on the measured one."""
+        period = self._period.get(backend)
+        if period is None or not decode_ms / _AGREE <= period <= _AGREE * decode_ms:
+            return None
+        last = next((at for at in reversed(self._ticks[backend]) if at <= now), None)
+        if last is None:
+            return None
+        age = 1000.0 * (now - last)
+        elapsed = age + lead_ms
+        if age > period or elapsed >= _HORIZON * period:
+            return None
+        return period - elapsed % period
+
+
+def phased(
+    clock: StepClock | None,
+    backend: str,
+    now: float,
+    terms: tuple[float, ...],
+    ttft_ms: float,
+    decode_ms: float,
+) -> tuple[tuple[float, ...], float]:
+    """A candidate's terms (predictor TERMS order, the step term with its half step) and TTFT
+    with the half step replaced by the clock's wait, when it knows one."""
+    if clock is None or decode_ms <= 0.0:
+        return terms, ttft_ms
+    lead = terms[_RTT] + terms[_OVERHEAD]  # there and back, then the fixed overhead
+    wait = clock.wait_ms(backend, now, lead, decode_ms)
+    if wait is None:
+        return terms, ttft_ms
+    moved = wait - 0.5 * decode_ms
+    step = terms[_STEP] + moved
+    return (*terms[:_STEP], step, *terms[_STEP + 1 :]), max(ttft_ms + moved, 0.0)
