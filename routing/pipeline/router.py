@@ -45,6 +45,11 @@ class PipelineRouter:
         self.name = name
         self.filters = tuple(filters)
         self.scorer = scorer
+        # The scorer's optional roles, checked once: a runtime Protocol check walks the
+        # protocol's attributes (~1 us, on every first token and observation in the sim).
+        self._first_token_learner = scorer if isinstance(scorer, FirstTokenLearner) else None
+        self._prefix_keeper = scorer if isinstance(scorer, PrefixKeeper) else None
+        self._prewarmer = scorer if isinstance(scorer, Prewarmer) else None
         self.picker = picker
         self.max_ranked = max_ranked
         self.ledger = InFlightLedger(inflight_ttl_s)
@@ -82,8 +87,9 @@ class PipelineRouter:
         ``first_token_observed=True`` there) or ``release``."""
         if first.at > self._latest:
             self._latest = first.at
-        if isinstance(self.scorer, FirstTokenLearner):
-            self.scorer.observe_first_token(first.observation())
+        learner = self._first_token_learner
+        if learner is not None:
+            learner.observe_first_token(first.observation())
 
     def observe_canary(
         self,
@@ -100,7 +106,7 @@ class PipelineRouter:
         request path, so it re-measures a backend no request is choosing. False when nothing
         was learned (a policy that learns nothing, a backend it would not route to)."""
         state = fleet.backends.get(backend)
-        if not isinstance(self.scorer, FirstTokenLearner) or state is None:
+        if self._first_token_learner is None or state is None:
             return False
         profile = RequestProfile(
             model=min(state.spec.models, default=""),
@@ -122,34 +128,35 @@ class PipelineRouter:
     @property
     def keeps_prefixes(self) -> bool:
         """Whether this policy keeps a prefix index (``note_remote_prefix`` does something)."""
-        return isinstance(self.scorer, PrefixKeeper)
+        return self._prefix_keeper is not None
 
     def note_remote_prefix(self, backend: str, blocks: Mapping[int, float], now: float) -> int:
         """Another replica's router saw ``backend`` serve these prefix blocks (block hash ->
         when, on this router's clock). A block already known keeps the newer time; the blocks
         need not form a chain. Returns how many were new or refreshed (0: no prefix index)."""
-        if isinstance(self.scorer, PrefixKeeper):
-            return self.scorer.note_remote_prefix(backend, blocks, now)
+        if self._prefix_keeper is not None:
+            return self._prefix_keeper.note_remote_prefix(backend, blocks, now)
         return 0
 
     def purge_step(self, now: float, max_scan: int) -> PurgeProgress:
         """One bounded step of the prefix index's expiry sweep; a policy without an index has
         nothing to sweep. The gateway calls it in the background, yielding between steps."""
-        if isinstance(self.scorer, PrefixKeeper):
-            return self.scorer.purge_step(now, max_scan)
+        if self._prefix_keeper is not None:
+            return self._prefix_keeper.purge_step(now, max_scan)
         return PurgeProgress(0, 0, True, 0)
 
     def warm_up(self, fleet: FleetSnapshot, now: float) -> tuple[str, ...]:
         """Backends the caller should send a one-token warm-up request to now (the policy's
         pre-warm share, routing.prewarm); they count as sent. Call it on a timer (every
         snapshot refresh is plenty), never on the request path."""
-        if not isinstance(self.scorer, Prewarmer):
+        prewarmer = self._prewarmer
+        if prewarmer is None:
             return ()
         if now > self._latest:
             self._latest = now
         view = self._views.get(fleet)
         self.load.bind(view, now)
-        return self.scorer.warm_up(view, self.load, now)
+        return prewarmer.warm_up(view, self.load, now)
 
     def reserve(self, backend: str, now: float) -> None:
         if now > self._latest:
