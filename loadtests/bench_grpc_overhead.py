@@ -1,12 +1,13 @@
 """gRPC door overhead: added TTFT of a chat stream through the gateway's gRPC door, against the
 same request sent straight to the emulated backend over HTTP (and, for reference, through the
-gateway's HTTP door), side by side in one run.
+gateway's HTTP door, and over gRPC through a bare gRPC door to the backend, ``direct_grpc``:
+``loadtests/grpc_direct.py``), side by side in one run.
 
     python -m loadtests.bench_grpc_overhead [--requests N] [--rounds R] [--concurrency C]
         [--max-tokens T] [--src before=DIR ...] [--out DIR]
 
-Three processes: the emulator (``meridian emulate``), the gateway (``meridian serve`` with a gRPC
-port) and this client. The three sides alternate ``--rounds`` times so machine noise hits them
+Four processes: the emulator (``meridian emulate``), the gateway (``meridian serve`` with a gRPC
+port), the bare gRPC door and this client. The sides alternate ``--rounds`` times so machine noise hits them
 alike; percentiles are over each side's pooled requests. TTFT is measured the same way on every
 side: from sending the request to receiving the first chunk that carries content.
 
@@ -15,7 +16,9 @@ main: ``git worktree add --detach /tmp/base main``) whose two doors join every r
 ``NAME_http`` and ``NAME_grpc``, so a change is compared with its baseline in the same run.
 Latency at c=16 on a shared machine swings between identical runs; the gateway's CPU per request
 (CPU seconds of its process tree / requests) does not, so the table gives each gateway's gRPC /
-HTTP CPU ratio as well.
+HTTP CPU ratio as well. Its added TTFT ratio is given twice: each door over direct_http (the
+issue's goal), and each door over its own protocol's direct side (gRPC over direct_grpc), which
+leaves out the gRPC machinery of the client and of any gRPC server.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from gateway.grpc.client import inference_stub
 from gateway.sse import SseSplitter
 from loadtests.bench.stats import percentile
 from loadtests.peer_servers import tree_cpu_s
-from loadtests.processes import emulated_backend, gateway
+from loadtests.processes import direct_grpc_server, emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
 from proto.meridian.v1 import inference_pb2 as pb
 
@@ -203,8 +206,13 @@ async def measure(
         session = await stack.enter_async_context(
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         )
-        measures = {"direct_http": http_measure(session, backend_url, max_tokens)}
-        pids: dict[str, int | None] = {"direct_http": None}
+        direct_target, direct_pid = await stack.enter_async_context(direct_grpc_server(backend_url))
+        direct_channel = await stack.enter_async_context(grpc.aio.insecure_channel(direct_target))
+        measures = {
+            "direct_http": http_measure(session, backend_url, max_tokens),
+            "direct_grpc": grpc_measure(inference_stub(direct_channel), max_tokens),
+        }
+        pids: dict[str, int | None] = {"direct_http": None, "direct_grpc": direct_pid}
         for name in names:
             grpc_port = _free_port()
             config = {
@@ -239,8 +247,10 @@ async def measure(
     return levels
 
 
-def _added(level: dict[str, Side], side: str, field: str) -> float | None:
-    base, other = getattr(level["direct_http"], field), getattr(level[side], field)
+def _added(
+    level: dict[str, Side], side: str, field: str, direct: str = "direct_http"
+) -> float | None:
+    base, other = getattr(level[direct], field), getattr(level[side], field)
     return None if base is None or other is None else other - base
 
 
@@ -249,22 +259,24 @@ def _ratio(top: float | None, bottom: float | None) -> float | None:
 
 
 def door_ratios(level: dict[str, Side]) -> dict[str, dict[str, float | None]]:
-    """Per gateway: its gRPC door over its HTTP door, in added TTFT p50/p99 and CPU/request."""
+    """Per gateway: its gRPC door over its HTTP door, in added TTFT p50/p99 (both over
+    direct_http, and each over its own protocol's direct side: ``same_protocol``) and in
+    CPU per request."""
     out: dict[str, dict[str, float | None]] = {}
     for side in level:
-        if not side.endswith("_grpc"):
+        if not side.endswith("_grpc") or side == "direct_grpc":
             continue
         name = side.removesuffix("_grpc")
         grpc_side, http_side = level[side], level[f"{name}_http"]
-        out[name] = {
-            "added_ttft_p50": _ratio(
-                _added(level, side, "ttft_p50_ms"), _added(level, f"{name}_http", "ttft_p50_ms")
-            ),
-            "added_ttft_p99": _ratio(
-                _added(level, side, "ttft_p99_ms"), _added(level, f"{name}_http", "ttft_p99_ms")
-            ),
-            "gateway_cpu": _ratio(grpc_side.gateway_cpu_us, http_side.gateway_cpu_us),
-        }
+        ratios: dict[str, float | None] = {}
+        for pct in ("p50", "p99"):
+            field = f"ttft_{pct}_ms"
+            over_http = _added(level, f"{name}_http", field)
+            ratios[f"added_ttft_{pct}"] = _ratio(_added(level, side, field), over_http)
+            same = _added(level, side, field, "direct_grpc")
+            ratios[f"added_ttft_{pct}_same_protocol"] = _ratio(same, over_http)
+        ratios["gateway_cpu"] = _ratio(grpc_side.gateway_cpu_us, http_side.gateway_cpu_us)
+        out[name] = ratios
     return out
 
 
@@ -288,12 +300,15 @@ def format_table(levels: dict[int, dict[str, Side]]) -> str:
         for name, ratios in door_ratios(level).items():
             lines.append(
                 f"{concurrency:>5} {name + ' grpc/http':>16}  added TTFT p50 "
-                f"{fmt(ratios['added_ttft_p50'], 2)}x, p99 {fmt(ratios['added_ttft_p99'], 2)}x, "
+                f"{fmt(ratios['added_ttft_p50'], 2)}x, p99 {fmt(ratios['added_ttft_p99'], 2)}x "
+                f"(over direct_grpc: p50 {fmt(ratios['added_ttft_p50_same_protocol'], 2)}x, "
+                f"p99 {fmt(ratios['added_ttft_p99_same_protocol'], 2)}x), "
                 f"gateway CPU/request {fmt(ratios['gateway_cpu'], 2)}x"
             )
     lines.append(
         "(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50; cpu in us: "
-        "the gateway's process tree and this load generator, per request)"
+        "the gateway's process tree (direct_grpc: the bare gRPC door's, loadtests/grpc_direct) "
+        "and this load generator, per request)"
     )
     return "\n".join(lines)
 

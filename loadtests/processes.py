@@ -98,6 +98,15 @@ async def mock_backend(
         yield await _ready_url(process), process.pid
 
 
+@contextlib.asynccontextmanager
+async def direct_grpc_server(backend_url: str) -> AsyncIterator[tuple[str, int]]:
+    """One ``python -m loadtests.grpc_direct`` process (a bare gRPC door to ``backend_url``);
+    yields (gRPC target ``host:port``, pid)."""
+    argv = [sys.executable, "-m", "loadtests.grpc_direct", "--backend-url", backend_url]
+    async with _process(argv) as process:
+        yield await _ready_url(process), process.pid
+
+
 # Public URL -> admin listener URL (gateway/admin: /metrics, state) of every gateway started.
 ADMIN_URLS: dict[str, str] = {}
 

@@ -3,8 +3,7 @@
 The relay core hands every door the same :class:`~gateway.stream.OpenedStream`; over HTTP the
 door's wire (``gateway/doors/wire.py``) writes it, over gRPC these objects become messages:
 
-- chat / completions: each upstream chunk, the model named as the client named it (a chat
-  stream's role-only opener folded into the chunk read with it: ``gateway/grpc/opener.py``);
+- chat / completions: each upstream chunk, the model named as the client named it;
 - embeddings: the whole answer body, once (no stream);
 - Messages: each Anthropic event's data object, from the HTTP door's own codec (so a chat-only
   backend's answer is translated exactly as over HTTP, a native one passed through).
@@ -19,7 +18,6 @@ import orjson
 
 from gateway.doors.messages.door import MessagesWire
 from gateway.doors.wire import public_model_renamer
-from gateway.grpc.opener import fold_opener, role_opener
 from gateway.inbound import Endpoint, InboundRequest
 from gateway.sse import SseEvent, SseSplitter
 from gateway.stream import OpenedStream, StreamBroken
@@ -66,33 +64,16 @@ async def door_chunks(
         async for event in _messages_events(inbound, opened, call.events):
             yield event
         return
-    opener_possible = inbound.endpoint is Endpoint.CHAT  # a chat stream's first chunk
-    held: dict[str, Any] | None = None  # a role-only opener, folded into the next chunk
-    role = ""
     async for batch in call.batches():
-        last = len(batch) - 1
-        for index, sse in enumerate(batch):
+        for sse in batch:
             if sse.data is None:
                 continue
             if sse.is_done:
-                break
+                return
             data = _object(rename(sse.data), "event")
-            if held is not None:
-                if not fold_opener(held, role, data):
-                    yield held
-                held = None
             if "error" in data:
                 raise UpstreamErrorEvent(data)
-            if opener_possible:
-                opener_possible = False
-                role = role_opener(data) or ""
-                if role and index < last:  # its follower is in this read: no wait added
-                    held = data
-                    continue
             yield data
-        if held is not None:  # nothing followed it in its read
-            yield held
-            held = None
 
 
 async def _messages_events(

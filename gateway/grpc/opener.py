@@ -2,17 +2,17 @@
 
 OpenAI-compatible engines (vLLM, the emulator) open a chat stream with a chunk that carries only
 ``delta.role`` (``"assistant"``, with empty or no content), sent before the first token; the
-relay hands it to the door in the same read as that first token. Over HTTP both events go out in
-one write. Over gRPC each chunk is one message, and grpc.aio starts a message only after the
+relay holds it until that first token and hands both over together. Over HTTP both events go out
+in one write. Over gRPC each chunk is one message, and grpc.aio starts a message only after the
 previous one completed (a round trip through its completion-queue thread: 0.7 ms p50 and
 4.5 ms p90 on this machine at c=16, load 6), so sending the opener on its own puts one more
-round trip between the first token and the client. Folded, the first message says
-``role: "assistant"`` and carries the first token, which is how a client reads the two anyway
-(deltas concatenate; the opener has no text, finish, logprobs or usage to lose).
+round trip between the first token and the client. The servicer holds the opener until the next
+chunk and folds it in: the first message says ``role: "assistant"`` and carries the first
+token, which is how a client reads the two anyway (deltas concatenate; the opener has no text,
+finish, logprobs or usage to lose).
 
-Only an opener followed, in the same read, by a one-choice chunk of the same response (id,
-model, created) and choice index that names no role of its own is folded; anything else is sent
-as it came.
+Only a follower that is a one-choice chunk of the same response (id, model, created) and choice
+index, naming no role of its own, takes the role; otherwise the opener is sent as it came, first.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def role_opener(data: dict[str, Any]) -> str | None:
     if choice.get("logprobs") is not None:
         return None
     role = delta.get("role")
-    if type(role) is not str:
+    if type(role) is not str or not role:
         return None
     for key, value in delta.items():
         if key == "content" and value not in (None, ""):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from gateway.grpc.door_convert import (
     messages_event_from_json,
     messages_request_to_body,
 )
+from gateway.grpc.opener import fold_opener, role_opener
 from gateway.grpc.request_convert import (
     ConvertedRequest,
     InvalidRequest,
@@ -47,6 +48,7 @@ from gateway.grpc.request_convert import (
 )
 from gateway.grpc.status_map import failure_for_error
 from gateway.lifecycle.seam import (
+    BackendEvent,
     BackendRequest,
     InferenceBackend,
     RpcKind,
@@ -247,30 +249,57 @@ class InferenceServicer(pb_grpc.InferenceServicer):
     ) -> None:
         request_id = backend_request.request_id
         events = self.backend.stream(backend_request)
+        opener_possible = backend_request.kind is RpcKind.CHAT  # until the first chunk
+        held: dict[str, Any] | None = None  # a role-only opener (gateway/grpc/opener.py)
+        role: str | None = None
         async with aclosing(events):  # closed whatever happens: cancels the upstream
             async for event in events:
                 if type(event) is StreamChunk:  # nearly every event: checked first
-                    try:
-                        message = from_json(event.data)
-                    except MalformedChunk as err:
-                        log.warning("request_id=%s %s %s", request_id, err, scrub(err.detail))
-                        # Handed back to the core, which classifies it as every malformed
-                        # stream (upstream_malformed: counted, against the backend), not as a
-                        # client leaving (what closing the generator here would say).
-                        failed = await events.athrow(StreamBroken("upstream_malformed", str(err)))
-                        if isinstance(failed, StreamFailed):
-                            await _abort_with(context, failed, request_id)
-                        await context.abort(grpc.StatusCode.INTERNAL, str(err))
-                    await send(message)
+                    data = event.data
+                    if held is not None:
+                        if not fold_opener(held, role or "", data):
+                            await self._send(held, from_json, events, context, send, request_id)
+                        held = None
+                    elif opener_possible:
+                        opener_possible = False
+                        role = role_opener(data)
+                        if role is not None:
+                            held = data  # sent with (or before) the chunk that follows it
+                            continue
+                    await self._send(data, from_json, events, context, send, request_id)
                 elif isinstance(event, StreamOpened):
                     await context.send_initial_metadata(event.metadata)
                 elif isinstance(event, StreamEnded):
+                    if held is not None:
+                        await self._send(held, from_json, events, context, send, request_id)
                     context.set_trailing_metadata(event.metadata)
                     return
                 elif isinstance(event, StreamFailed):
                     await _abort_with(context, event, request_id)
         # The backend ended without saying how: treat as broken, never as a silent OK.
         await context.abort(grpc.StatusCode.INTERNAL, "backend stream ended without a status")
+
+    async def _send(
+        self,
+        data: dict[str, Any],
+        from_json: Callable[[dict[str, Any]], Chunk],
+        events: AsyncGenerator[BackendEvent, None],
+        context: grpc.aio.ServicerContext,
+        send: Send,
+        request_id: str,
+    ) -> None:
+        try:
+            message = from_json(data)
+        except MalformedChunk as err:
+            log.warning("request_id=%s %s %s", request_id, err, scrub(err.detail))
+            # Handed back to the core, which classifies it as every malformed stream
+            # (upstream_malformed: counted, against the backend), not as a client leaving
+            # (what closing the generator here would say).
+            failed = await events.athrow(StreamBroken("upstream_malformed", str(err)))
+            if isinstance(failed, StreamFailed):
+                await _abort_with(context, failed, request_id)
+            await context.abort(grpc.StatusCode.INTERNAL, str(err))
+        await send(message)
 
 
 async def _abort_with(

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
+import grpc
 import pytest
 
+from gateway.grpc.client import inference_stub
 from gateway.grpc.opener import fold_opener, role_opener
+from gateway.grpc.server import serving_grpc
+from gateway.lifecycle.seam import (
+    BackendEvent,
+    BackendRequest,
+    ModelEntry,
+    StreamChunk,
+    StreamEnded,
+    StreamOpened,
+)
+from tests.grpc.grpc_support import chat
 
 ENVELOPE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
 
@@ -42,6 +55,7 @@ def test_role_only_openers_are_recognised(data: dict[str, Any]) -> None:
         {**_chunk({"role": "assistant"}), "usage": {"prompt_tokens": 1}},
         _chunk({"content": ""}),  # no role
         _chunk({"role": 5}),
+        _chunk({"role": ""}),
         {**ENVELOPE, "choices": []},
         {**ENVELOPE, "choices": [OPENER["choices"][0], OPENER["choices"][0]]},
         {**ENVELOPE, "choices": "nope"},
@@ -77,3 +91,39 @@ def test_a_follower_that_cannot_carry_the_role_is_left_alone(follower: dict[str,
     before = copy.deepcopy(follower)
     assert not fold_opener(OPENER, "assistant", follower)
     assert follower == before
+
+
+class _ScriptedBackend:
+    """A backend that streams the given chunks (an engine's opener and what follows it)."""
+
+    def __init__(self, *chunks: dict[str, Any]) -> None:
+        self.chunks = chunks
+
+    async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
+        yield StreamOpened()
+        for chunk in self.chunks:
+            yield StreamChunk(copy.deepcopy(chunk))
+        yield StreamEnded()
+
+    async def list_models(self) -> Sequence[ModelEntry]:
+        return []
+
+
+async def _deltas(backend: _ScriptedBackend) -> list[tuple[str, str]]:
+    async with (
+        serving_grpc(backend) as server,
+        grpc.aio.insecure_channel(server.target) as channel,
+    ):
+        chunks = [c async for c in inference_stub(channel).ChatCompletion(chat())]
+    return [(c.choices[0].delta.role, c.choices[0].delta.content) for c in chunks]
+
+
+async def test_the_servicer_sends_the_opener_with_the_first_token() -> None:
+    token = _chunk({"content": "Hello"}, finish_reason=None)
+    assert await _deltas(_ScriptedBackend(OPENER, token)) == [("assistant", "Hello")]
+
+
+async def test_an_opener_nothing_can_carry_is_sent_as_it_came() -> None:
+    other = {**_chunk({"content": "Hello"}), "id": "another-response"}
+    assert await _deltas(_ScriptedBackend(OPENER, other)) == [("assistant", ""), ("", "Hello")]
+    assert await _deltas(_ScriptedBackend(OPENER)) == [("assistant", "")]  # then the end
