@@ -31,6 +31,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -68,6 +69,9 @@ class Side:
     ttft_p99_ms: float | None
     gateway_cpu_us: float | None = None  # the gateway's CPU per request (None: direct)
     client_cpu_us: float | None = None  # this load generator's CPU per request
+    # The gateway's context switches per request, every thread: grpc.aio hands each operation's
+    # completion from its poller thread to the event loop, so this counts the thread hops.
+    gateway_switches: float | None = None
 
 
 def _side(ttfts: list[float], errors: int) -> Side:
@@ -145,6 +149,7 @@ class Samples:
     errors: int = 0
     gateway_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
+    gateway_switches: int = 0
 
     def side(self, through_gateway: bool) -> Side:
         n = max(len(self.ttfts) + self.errors, 1)
@@ -153,7 +158,22 @@ class Samples:
             _side(self.ttfts, self.errors),
             gateway_cpu_us=gateway_cpu,
             client_cpu_us=self.client_cpu_s / n * 1e6,
+            gateway_switches=self.gateway_switches / n if through_gateway else None,
         )
+
+
+def context_switches(pid: int) -> int:
+    """Voluntary + involuntary context switches of every thread of ``pid`` (Linux /proc)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # a thread that just ended
+        for line in status.splitlines():
+            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                total += int(line.rpartition(":")[2])
+    return total
 
 
 async def run_closed_loop(measure: Measure, requests: int, concurrency: int) -> Samples:
@@ -234,12 +254,14 @@ async def measure(
                 for side, side_measure in measures.items():
                     side_pid = pids[side]
                     gateway_cpu = tree_cpu_s(side_pid) if side_pid is not None else 0.0
+                    switches = context_switches(side_pid) if side_pid is not None else 0
                     client_cpu = time.process_time()
                     result = await run_closed_loop(side_measure, requests, concurrency)
                     pooled[side].ttfts.extend(result.ttfts)
                     pooled[side].errors += result.errors
                     if side_pid is not None:
                         pooled[side].gateway_cpu_s += tree_cpu_s(side_pid) - gateway_cpu
+                        pooled[side].gateway_switches += context_switches(side_pid) - switches
                     pooled[side].client_cpu_s += time.process_time() - client_cpu
             levels[concurrency] = {
                 side: samples.side(pids[side] is not None) for side, samples in pooled.items()
@@ -283,7 +305,8 @@ def door_ratios(level: dict[str, Side]) -> dict[str, dict[str, float | None]]:
 def format_table(levels: dict[int, dict[str, Side]]) -> str:
     header = (
         f"{'conc':>5} {'side':>16} {'reqs':>6} {'err':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
-        f"{'+p50':>7} {'+p99':>7} {'p50 ratio':>9} {'gw cpu/req':>10} {'client cpu/req':>14}"
+        f"{'+p50':>7} {'+p99':>7} {'p50 ratio':>9} {'gw cpu/req':>10} {'gw cs/req':>9} "
+        f"{'client cpu/req':>14}"
     )
     lines = [header, "-" * len(header)]
     for concurrency, level in levels.items():
@@ -295,7 +318,8 @@ def format_table(levels: dict[int, dict[str, Side]]) -> str:
                 f"{fmt(s.ttft_p50_ms):>9} {fmt(s.ttft_p99_ms):>9} "
                 f"{fmt(_added(level, side, 'ttft_p50_ms')):>7} "
                 f"{fmt(_added(level, side, 'ttft_p99_ms')):>7} {fmt(ratio, 3):>9} "
-                f"{fmt(s.gateway_cpu_us, 0):>10} {fmt(s.client_cpu_us, 0):>14}"
+                f"{fmt(s.gateway_cpu_us, 0):>10} {fmt(s.gateway_switches, 1):>9} "
+                f"{fmt(s.client_cpu_us, 0):>14}"
             )
         for name, ratios in door_ratios(level).items():
             lines.append(
@@ -308,7 +332,8 @@ def format_table(levels: dict[int, dict[str, Side]]) -> str:
     lines.append(
         "(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50; cpu in us: "
         "the gateway's process tree (direct_grpc: the bare gRPC door's, loadtests/grpc_direct) "
-        "and this load generator, per request)"
+        "and this load generator, per request; cs = the gateway's context switches, all its "
+        "threads, per request)"
     )
     return "\n".join(lines)
 
