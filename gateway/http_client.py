@@ -66,7 +66,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(bytes(self._buffer[:nbytes]))
+        response = self.response  # data_received, inline: runs for every relayed read
+        if response is None:
+            self.close()
+            return
+        response.feed(bytes(self._buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         response = self.response

@@ -37,6 +37,10 @@ class SseSplitter:
         return len(self._buffer)
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
+        if (  # the usual read: one whole event, nothing pending (an engine's one per token)
+            not self._buffer and chunk.find(b"\n\n") == len(chunk) - 2 > 0 and b"\r" not in chunk
+        ):
+            return [_parse_event(chunk)]
         buffer = self._buffer + chunk
         if b"\r" in buffer:
             # Normalise before splitting; a lone CR at the very end may be half of a CRLF.
@@ -64,6 +68,15 @@ class SseSplitter:
         """At end of stream: an unterminated final event still counts (some servers omit it)."""
         rest, self._buffer = self._buffer.rstrip(b"\r\n"), b""
         return [_parse_block(rest)] if rest else []
+
+
+def _parse_event(raw: bytes) -> SseEvent:
+    """One whole event (its block and the blank line ending it, no CR): as :func:`_parse_block`,
+    without the line split when it is a single ``data:`` line."""
+    if raw[:5] == b"data:" and raw.find(b"\n") == len(raw) - 2:
+        data = raw[5:-2]
+        return SseEvent(raw=raw, data=data[1:] if data[:1] == b" " else data)
+    return _parse_block(raw[:-2])
 
 
 def _parse_block(block: bytes) -> SseEvent:

@@ -40,6 +40,7 @@ class UpstreamResponse:
         self._head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._until_close = False  # no length, not chunked: the body ends with the connection
         self._head_bytes = 0  # bytes fed while the head was still incomplete
+        self._in_head = True  # until a final (non-1xx) head is complete: _head, as a flag
         self.status = 0
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
         self.content = BodyReader(conn, limit)
@@ -59,6 +60,7 @@ class UpstreamResponse:
             self._raw_headers = []
             return
         self.status = status
+        self._in_head = False
         headers = CIMultiDict(self._raw_headers)
         self.headers = CIMultiDictProxy(headers)
         chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
@@ -85,7 +87,7 @@ class UpstreamResponse:
         except httptools.HttpParserError as exc:
             self._malformed(type(exc).__name__)
             return
-        if not self._head.done():  # checked after feeding: one read may hold head and body
+        if self._in_head:  # checked after feeding: one read may hold head and body
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._malformed(f"response head over {MAX_HEAD_BYTES} bytes")

@@ -272,19 +272,22 @@ async def _relay_stream(
 class _Pusher:
     """The push phase's writer (``gateway.push_phase.Pusher``): a read's events, one write."""
 
-    __slots__ = ("_encode", "_writer")
+    __slots__ = ("_encode", "_push", "_writer")
 
     def __init__(self, writer: SseWriter, codec: StreamCodec) -> None:
-        self._writer, self._encode = writer, codec.encode
+        self._writer, self._push = writer, writer.push
+        self._encode = None if codec.passes_raw else codec.encode
 
     def ready(self) -> bool:
         return self._writer.pushable
 
     def __call__(self, events: list[SseEvent]) -> bool:
         encode = self._encode
-        if len(events) == 1:
-            return self._writer.push(encode(events[0]))
-        return self._writer.push(b"".join([encode(event) for event in events]))
+        if encode is None:  # the bytes as they came
+            if len(events) == 1:
+                return self._push(events[0].raw)
+            return self._push(b"".join([event.raw for event in events]))
+        return self._push(b"".join([encode(event) for event in events]))
 
 
 def _summary_json(opened: OpenedStream) -> str:

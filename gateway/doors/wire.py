@@ -56,6 +56,12 @@ class StreamCodec:
     def encode(self, event: SseEvent) -> bytes:
         return self.rename(event.raw)
 
+    @property
+    def passes_raw(self) -> bool:
+        """Whether :meth:`encode` is ``event.raw`` as it came (no rename, no other format):
+        the push phase then writes the bytes without a call per event."""
+        return type(self).encode is StreamCodec.encode and self.rename is _same
+
     def error_event(self, error: ApiError) -> bytes:
         """A failure after the stream started, as this door's error event."""
         return error.sse_event()

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gateway.metrics import GatewayMetrics
+from gateway.observability.bulk_observe import observe_all
 from gateway.observability.labels import NO_BACKEND, LabelBounds, outcome_class
 from gateway.observability.live_stats import LiveStats
 from gateway.observability.record import Outcome, RequestRecord
@@ -106,9 +107,7 @@ class MetricsUpdate:
         cached = opened.exchange.cached_tokens()
         if cached:
             series.cached_tokens.inc(cached)
-        itl = series.itl
-        for gap in opened.exchange.stats.gaps_ms:
-            itl.observe(gap / 1000.0)
+        observe_all(series.itl, [gap / 1000.0 for gap in opened.exchange.stats.gaps_ms])
         for entry in opened.exchange.backend_timing:
             if entry.name == "queue" and entry.dur_ms is not None:
                 series.backend_queue.observe(entry.dur_ms / 1000.0)
