@@ -41,6 +41,10 @@ class UpstreamResponse:
         self._until_close = False  # no length, not chunked: the body ends with the connection
         self._head_bytes = 0  # bytes fed while the head was still incomplete
         self._in_head = True  # until a final (non-1xx) head is complete: _head, as a flag
+        # The body pieces of one read (a chunked body is one piece per chunk, often one per SSE
+        # event): fed to ``content`` together once llhttp took the read, so a read that
+        # brought several events is relayed in one client write, pushed or pulled.
+        self._body: list[bytes] = []
         self.status = 0
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
         self.content = BodyReader(conn, limit)
@@ -69,9 +73,17 @@ class UpstreamResponse:
             self._head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        self.content.feed(body)
+        self._body.append(body)
+
+    def _feed_body(self) -> None:
+        parts = self._body
+        if parts:
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            parts.clear()
+            self.content.feed(data)
 
     def on_message_complete(self) -> None:
+        self._feed_body()  # the body before its end
         if self.status >= 200:
             self.complete = True
             # asked here: once the callback returns, llhttp has reset for the next message
@@ -85,8 +97,14 @@ class UpstreamResponse:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            self._feed_body()  # what parsed before the bad bytes, as before
             self._malformed(type(exc).__name__)
             return
+        if self._body:  # _feed_body inline: runs for every relayed read
+            parts = self._body
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            parts.clear()
+            self.content.feed(body)
         if self._in_head:  # checked after feeding: one read may hold head and body
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:

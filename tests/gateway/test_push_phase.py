@@ -32,14 +32,13 @@ Sends = asyncio.Queue[bytes | None]  # None: close the connection
 
 @pytest.fixture
 async def upstream() -> AsyncIterator[tuple[URL, Sends]]:
-    """An HTTP server whose body is what the test queues, one send each, until None."""
+    """An HTTP server that sends what the test queues (the head first), one send each."""
     sends: Sends = asyncio.Queue()
 
     async def script(
         server: Scripted, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
         while (data := await sends.get()) is not None:
             writer.write(data)
             await writer.drain()
@@ -80,7 +79,14 @@ class Recorder:
             await self.arrived.wait()
 
 
-async def opened(url: URL, inter_token_s: float = 60.0) -> UpstreamExchange:
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+async def opened(
+    upstream: tuple[URL, Sends], inter_token_s: float = 60.0, *, chunked: bool = False
+) -> UpstreamExchange:
+    url, sends = upstream
+    sends.put_nowait(HEAD + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"\r\n"))
     response, _ = await send(ConnectionPool(url, 1, True))
     return UpstreamExchange(
         response=response,
@@ -114,8 +120,8 @@ def relayed(
 async def test_flowing_events_are_written_in_the_upstream_callback_not_by_the_task(
     upstream: tuple[URL, Sends],
 ) -> None:
-    url, sends = upstream
-    exchange = await opened(url)
+    _, sends = upstream
+    exchange = await opened(upstream)
     pusher = Recorder()
     relay, yielded = relayed(exchange, pusher)
     try:
@@ -138,8 +144,8 @@ async def test_flowing_events_are_written_in_the_upstream_callback_not_by_the_ta
 async def test_a_client_behind_its_mark_stops_the_push_until_the_task_resumes_it(
     upstream: tuple[URL, Sends],
 ) -> None:
-    url, sends = upstream
-    exchange = await opened(url)
+    _, sends = upstream
+    exchange = await opened(upstream)
     pusher = Recorder(behind_at=2)
     batches = exchange.all_batches(pusher)
     first = asyncio.ensure_future(anext(batches))
@@ -165,9 +171,9 @@ ENDINGS = ["upstream_error_event", "upstream_stalled", "gateway_draining", "upst
 async def test_a_push_ends_on_a_break_a_stall_an_abort_or_a_close_as_the_pulled_path_does(
     upstream: tuple[URL, Sends], kind: str
 ) -> None:
-    url, sends = upstream
+    _, sends = upstream
     stalls = kind == "upstream_stalled"
-    exchange = await opened(url, inter_token_s=0.05 if stalls else 60.0)
+    exchange = await opened(upstream, inter_token_s=0.05 if stalls else 60.0)
     pusher = Recorder()
     relay, yielded = relayed(exchange, pusher)
     if not stalls:  # (a stall: nothing comes; the ReadWatch fires while the push waits)
@@ -189,8 +195,8 @@ async def test_a_push_ends_on_a_break_a_stall_an_abort_or_a_close_as_the_pulled_
 async def test_bytes_that_arrived_before_the_push_began_are_read_first(
     upstream: tuple[URL, Sends],
 ) -> None:
-    url, sends = upstream
-    exchange = await opened(url)
+    _, sends = upstream
+    exchange = await opened(upstream)
     sends.put_nowait(TOKEN + TOKEN)
     await until(lambda: exchange.response.content.total_bytes == 2 * len(TOKEN))  # buffered
     pusher = Recorder()
@@ -208,3 +214,25 @@ async def test_bytes_that_arrived_before_the_push_began_are_read_first(
 async def pushing(exchange: UpstreamExchange) -> None:
     """Until the relay task installed its sink (it runs up to its wait in one step)."""
     await until(lambda: exchange.response.content.pushing)
+
+
+async def test_the_chunks_of_one_read_are_relayed_in_one_write(
+    upstream: tuple[URL, Sends],
+) -> None:
+    _, sends = upstream
+    exchange = await opened(upstream, chunked=True)
+    pusher = Recorder()
+    relay, yielded = relayed(exchange, pusher)
+    sends.put_nowait(chunk(TOKEN))
+    await pusher.wait_for(1)
+    sends.put_nowait(chunk(TOKEN) + chunk(TOKEN) + chunk(TOKEN))  # one send: one read, here
+    await pusher.wait_for(2)
+    sends.put_nowait(chunk(DONE) + b"0\r\n\r\n")
+    await relay
+    exchange.close()
+    assert pusher.writes == [[TOKEN], [TOKEN] * 3]  # llhttp's three on_body calls, one write
+    assert yielded == [[DONE]]
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
