@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
@@ -72,6 +74,9 @@ class Side:
     # The gateway's context switches per request, every thread: grpc.aio hands each operation's
     # completion from its poller thread to the event loop, so this counts the thread hops.
     gateway_switches: float | None = None
+    # Each round's own TTFT p50: the sides of one round ran back to back, so a ratio taken
+    # within a round is spared the machine's swings between rounds.
+    round_ttft_p50_ms: tuple[float | None, ...] = ()
 
 
 def _side(ttfts: list[float], errors: int) -> Side:
@@ -150,6 +155,7 @@ class Samples:
     gateway_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
     gateway_switches: int = 0
+    round_p50s: list[float | None] = dataclasses.field(default_factory=list)
 
     def side(self, through_gateway: bool) -> Side:
         n = max(len(self.ttfts) + self.errors, 1)
@@ -159,6 +165,7 @@ class Samples:
             gateway_cpu_us=gateway_cpu,
             client_cpu_us=self.client_cpu_s / n * 1e6,
             gateway_switches=self.gateway_switches / n if through_gateway else None,
+            round_ttft_p50_ms=tuple(self.round_p50s),
         )
 
 
@@ -258,6 +265,7 @@ async def measure(
                     client_cpu = time.process_time()
                     result = await run_closed_loop(side_measure, requests, concurrency)
                     pooled[side].ttfts.extend(result.ttfts)
+                    pooled[side].round_p50s.append(_side(result.ttfts, 0).ttft_p50_ms)
                     pooled[side].errors += result.errors
                     if side_pid is not None:
                         pooled[side].gateway_cpu_s += tree_cpu_s(side_pid) - gateway_cpu
@@ -280,11 +288,17 @@ def _ratio(top: float | None, bottom: float | None) -> float | None:
     return None if top is None or not bottom else top / bottom
 
 
-def door_ratios(level: dict[str, Side]) -> dict[str, dict[str, float | None]]:
+RoundRatios = dict[str, list[float | None]]  # per gateway: each round's added TTFT p50 ratio
+
+
+def door_ratios(
+    level: dict[str, Side],
+) -> tuple[dict[str, dict[str, float | None]], RoundRatios]:
     """Per gateway: its gRPC door over its HTTP door, in added TTFT p50/p99 (both over
     direct_http, and each over its own protocol's direct side: ``same_protocol``) and in
-    CPU per request."""
+    CPU per request; and the added TTFT p50 ratio of each round, with their median."""
     out: dict[str, dict[str, float | None]] = {}
+    rounds: RoundRatios = {}
     for side in level:
         if not side.endswith("_grpc") or side == "direct_grpc":
             continue
@@ -299,7 +313,23 @@ def door_ratios(level: dict[str, Side]) -> dict[str, dict[str, float | None]]:
             ratios[f"added_ttft_{pct}_same_protocol"] = _ratio(same, over_http)
         ratios["gateway_cpu"] = _ratio(grpc_side.gateway_cpu_us, http_side.gateway_cpu_us)
         out[name] = ratios
-    return out
+        by_round = [
+            _ratio(_minus(g, d), _minus(h, d))
+            for g, h, d in zip(
+                grpc_side.round_ttft_p50_ms,
+                http_side.round_ttft_p50_ms,
+                level["direct_http"].round_ttft_p50_ms,
+                strict=True,
+            )
+        ]
+        known = [r for r in by_round if r is not None]
+        ratios["added_ttft_p50_round_median"] = statistics.median(known) if known else None
+        rounds[name] = by_round
+    return out, rounds
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def format_table(levels: dict[int, dict[str, Side]]) -> str:
@@ -321,13 +351,19 @@ def format_table(levels: dict[int, dict[str, Side]]) -> str:
                 f"{fmt(s.gateway_cpu_us, 0):>10} {fmt(s.gateway_switches, 1):>9} "
                 f"{fmt(s.client_cpu_us, 0):>14}"
             )
-        for name, ratios in door_ratios(level).items():
+        ratios_by_gateway, by_round = door_ratios(level)
+        for name, ratios in ratios_by_gateway.items():
             lines.append(
                 f"{concurrency:>5} {name + ' grpc/http':>16}  added TTFT p50 "
                 f"{fmt(ratios['added_ttft_p50'], 2)}x, p99 {fmt(ratios['added_ttft_p99'], 2)}x "
                 f"(over direct_grpc: p50 {fmt(ratios['added_ttft_p50_same_protocol'], 2)}x, "
                 f"p99 {fmt(ratios['added_ttft_p99_same_protocol'], 2)}x), "
                 f"gateway CPU/request {fmt(ratios['gateway_cpu'], 2)}x"
+            )
+            each = ", ".join(fmt(r, 2) for r in by_round[name])
+            lines.append(
+                f"{'':>5} {'':>16}  added TTFT p50 ratio by round: {each} "
+                f"(median {fmt(ratios['added_ttft_p50_round_median'], 2)}x)"
             )
     lines.append(
         "(ms; '+' = added TTFT vs direct_http; ratio = side p50 / direct_http p50; cpu in us: "
@@ -384,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                     for side in level
                     if side != "direct_http"
                 },
-                "grpc_over_http": door_ratios(level),
+                "grpc_over_http": door_ratios(level)[0],
+                "grpc_over_http_by_round": door_ratios(level)[1],
             }
             for concurrency, level in levels.items()
         ],
