@@ -19,8 +19,9 @@ later):
 Per side, from ``/proc`` for each gateway process (``loadtests/proc_counters.py``): CPU and
 run-queue wait per request, context switches and read/write system calls per request. The
 premium is ``x2 @2R`` over ``x1 @R``: the same per-process load, so what is left is what a
-second worker costs (shared state, its own background loops, cross-core effects). Syscalls and
-voluntary switches per request hardly depend on the machine's load; CPU per request does.
+second worker costs (shared state, its own background loops, cross-core effects). Every
+column moves with the machine's load (fewer syscalls and wakes per request when a loop falls
+behind and finds more to do per wake), so compare sides of one run, never runs.
 """
 
 from __future__ import annotations
