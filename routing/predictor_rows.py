@@ -32,7 +32,7 @@ from routing.fleet_view import FleetView, Rows
 from routing.learned_columns import LearnedColumns
 from routing.load import LoadColumns
 from routing.predictor_params import PredictorParams
-from routing.row_inputs import last_active, row_inputs_key
+from routing.row_inputs import last_active, moved_rows
 from routing.step_clock import StepClock
 
 _INF = float("inf")
@@ -147,6 +147,8 @@ class RowTerms:
             rows: range | set[int] = range(len(view))
             load.drain()
         else:
+            for row in view_rows:  # the view's signal times may have moved all the same
+                self._evidence.pop(row, None)
             rows = self._moved(view, load, load.drain().union(view_rows))
             rows.update(learned_rows)
         self._version = view.version
@@ -160,21 +162,14 @@ class RowTerms:
 
     def _moved(self, view: FleetView, load: LoadColumns, touched: set[int]) -> set[int]:
         """The rows of ``touched`` (a new view row or a load change) whose inputs from the view
-        and the load moved since ``_row`` last read them; ``touched`` itself, emptied of the
-        rest. A reservation and its release put every input back (the chosen row of each
-        decision), and an in-flight count is read only by a row without engine metrics."""
+        and the load moved since ``_row`` last read them (``routing.row_inputs``). A
+        reservation and its release put every input back (the chosen row of each decision),
+        and an in-flight count is read only by a row without engine metrics."""
         if not self.reuse_unmoved:
             return touched
-        inputs = self._inputs
-        for row in list(touched):
-            self._evidence.pop(row, None)  # the view's signal times may have moved all the same
-            key = row_inputs_key(view, load, row, row in self._scaling)
-            if key == inputs[row]:
-                touched.discard(row)
-                self.reused += 1
-            else:
-                inputs[row] = key
-        return touched
+        moved, reused = moved_rows(view, load, touched, self._scaling, self._inputs)
+        self.reused += reused
+        return moved
 
     def evidence(self, view: FleetView, learned: LearnedColumns, row: int) -> Evidence:
         """``row``'s signal times and learned spreads as they stand (synced to ``view``)."""

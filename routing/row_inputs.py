@@ -16,23 +16,44 @@ _INF = float("inf")
 _NAN = float("nan")
 
 
-def row_inputs_key(
-    view: FleetView, load: LoadColumns, row: int, scales: bool
-) -> tuple[object, ...]:
-    """Every view and load value ``RowTerms._row`` reads for ``row`` (``scales``: the row
-    scales to zero, so ``_cold_inputs`` reads its latest activity too); what configuration and
-    the learned columns give is not in it (a new layout or a learned row recomputes anyway).
-    Two equal keys mean equal inputs (an unknown RTT, NaN, is None here: NaN equals nothing)."""
-    metrics, rtt = view.has_metrics.item(row), view.rtt_ms.item(row)
-    key: tuple[object, ...] = (
-        metrics, rtt if rtt == rtt else None, load.depth.item(row),
-        load.waiting.item(row) if metrics else 0.0,  # (without metrics: local, the depth)
-        load.prefilling.work_ms[row] if metrics else 0.0,
-        view.others_uncached.item(row), view.others_requests.item(row),
-    )  # fmt: skip
-    if scales:
-        return (*key, last_active(view, load, row))
-    return key
+def moved_rows(
+    view: FleetView,
+    load: LoadColumns,
+    touched: set[int],
+    scaling: set[int],
+    known: list[tuple[object, ...] | None],
+) -> tuple[set[int], int]:
+    """The rows of ``touched`` whose key moved, and how many did not. A row's key is every
+    view and load value ``RowTerms._row`` reads for it: engine metrics or not, the RTT (an
+    unknown one, NaN, as None: NaN equals nothing), depth, with metrics the engine's waiting
+    and our prefill work (without, the local count is the depth), others' arrivals, and for a
+    row in ``scaling`` its latest activity (``_cold_inputs``). What configuration and the
+    learned columns give is not in it: a new layout or a learned row recomputes anyway.
+    ``known`` holds each row's key of its last computation (None: unknown); the keys of the
+    moved rows are written there. One loop with the columns bound once: it runs for every
+    touched row of every decision, and most rows a scrape touched did move."""
+    has_metrics, rtt_ms, depth = view.has_metrics, view.rtt_ms, load.depth
+    others, others_rps = view.others_uncached, view.others_requests
+    waiting, work = load.waiting, load.prefilling.work_ms
+    moved: set[int] = set()
+    reused = 0
+    for row in touched:
+        rtt = rtt_ms.item(row)
+        key: tuple[object, ...] = (
+            (True, rtt if rtt == rtt else None, depth.item(row), waiting.item(row), work[row],
+             others.item(row), others_rps.item(row))
+            if has_metrics.item(row)
+            else (False, rtt if rtt == rtt else None, depth.item(row), others.item(row),
+                  others_rps.item(row))
+        )  # fmt: skip
+        if row in scaling:
+            key = (*key, last_active(view, load, row))
+        if key == known[row]:
+            reused += 1
+        else:
+            known[row] = key
+            moved.add(row)
+    return moved, reused
 
 
 def last_active(view: FleetView, load: LoadColumns, row: int) -> float:
