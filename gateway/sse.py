@@ -40,7 +40,10 @@ class SseSplitter:
         if (  # the usual read: one whole event, nothing pending (an engine's one per token)
             not self._buffer and chunk.find(b"\n\n") == len(chunk) - 2 > 0 and b"\r" not in chunk
         ):
-            return [_parse_event(chunk)]
+            if chunk[:5] == b"data:" and chunk.find(b"\n") == len(chunk) - 2:  # one data line
+                data = chunk[5:-2]
+                return [SseEvent(raw=chunk, data=data[1:] if data[:1] == b" " else data)]
+            return [_parse_block(chunk[:-2])]
         buffer = self._buffer + chunk
         if b"\r" in buffer:
             # Normalise before splitting; a lone CR at the very end may be half of a CRLF.
@@ -68,15 +71,6 @@ class SseSplitter:
         """At end of stream: an unterminated final event still counts (some servers omit it)."""
         rest, self._buffer = self._buffer.rstrip(b"\r\n"), b""
         return [_parse_block(rest)] if rest else []
-
-
-def _parse_event(raw: bytes) -> SseEvent:
-    """One whole event (its block and the blank line ending it, no CR): as :func:`_parse_block`,
-    without the line split when it is a single ``data:`` line."""
-    if raw[:5] == b"data:" and raw.find(b"\n") == len(raw) - 2:
-        data = raw[5:-2]
-        return SseEvent(raw=raw, data=data[1:] if data[:1] == b" " else data)
-    return _parse_block(raw[:-2])
 
 
 def _parse_block(block: bytes) -> SseEvent:

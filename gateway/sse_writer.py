@@ -116,9 +116,10 @@ class SseWriter:
             self._chunked.output_size += len(frame)
         transport.write(frame)
         queued = transport.get_write_buffer_size()
-        held = queued + self._upstream_held()  # _note_held, written out: runs every event
-        if held > self.max_buffered:
-            self.max_buffered = held
+        if queued:  # nothing queued (the usual write): the stream holds a partial event at most
+            held = queued + self._upstream_held()  # _note_held, written out: runs every event
+            if held > self.max_buffered:
+                self.max_buffered = held
         return queued <= self._high
 
     async def caught_up(self) -> None:
