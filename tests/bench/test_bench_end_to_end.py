@@ -24,8 +24,8 @@ name: e2e
 seed: 9
 model: emulated-model
 arrival: {mode: closed, concurrency: 4}
-limits: {requests: 12, duration_s: 20}
-request_timeout_s: 10
+limits: {requests: 12, duration_s: 120}  # the request count ends it; time is a hang guard
+request_timeout_s: 60
 mix:
   - {name: chat, kind: chat, weight: 2, system_prompt: {groups: 1, tokens: 128}, max_tokens: 8}
   - {name: conversation, kind: session, turns: 2, max_tokens: 6}
@@ -53,7 +53,7 @@ def test_bench_run_writes_report_csv_and_plots_then_compares(emulator_url, tmp_p
     out = tmp_path / "run"
     argv = ["bench", "--url", emulator_url, "--workload", str(workload), "--out", str(out)]
     argv += ["--slo-ttft-ms", "2000", "--slo-itl-p99-ms", "1000", "--no-progress"]
-    done = subprocess.run(_meridian(*argv), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(_meridian(*argv), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert "TTFT" in done.stdout and "by origin" in done.stdout
 
@@ -61,7 +61,17 @@ def test_bench_run_writes_report_csv_and_plots_then_compares(emulator_url, tmp_p
     assert (report["requests"], report["ok"], report["errors"]) == (12, 12, {})
     assert report["usage_reported_fraction"] == 1.0
     assert report["ttft_ms"]["p50"] >= ENGINE["first_token_overhead_ms"]
-    assert ENGINE["decode_base_ms"] * 0.8 <= report["itl_ms"]["p50"] <= 50
+    # A client's ITL is the gap between its reads: a busy machine bunches tokens (a late read,
+    # then a quick one), so its p50 has no floor a test can promise (3.9 ms for a 5 ms step was
+    # seen at load 8, 0.0 at load 9). The engine's schedule does give one: no token leaves
+    # before its step.
+    assert 0 <= report["itl_ms"]["p50"] <= 50
+    for row in csv.DictReader((out / "requests.csv").open()):
+        tokens, gaps = int(row["completion_tokens"]), row["itl_gaps_ms"].split()
+        floor_ms = ENGINE["first_token_overhead_ms"] + (tokens - 1) * ENGINE["decode_base_ms"]
+        assert float(row["e2e_ms"]) >= floor_ms * 0.99
+        # Gaps and TTFT are milliseconds on one clock: together they fit inside the e2e.
+        assert float(row["ttft_ms"]) + sum(map(float, gaps)) <= float(row["e2e_ms"]) + 0.1 * tokens
     assert report["completion_tokens"] == sum(
         int(r["completion_tokens"]) for r in csv.DictReader((out / "requests.csv").open())
     )
@@ -80,7 +90,7 @@ def test_bench_run_writes_report_csv_and_plots_then_compares(emulator_url, tmp_p
         _meridian("bench", "compare", report_path, report_path),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=120,
     )
     assert compared.returncode == 0, compared.stderr
     ttft_row = next(line for line in compared.stdout.splitlines() if line.startswith("ttft p50"))
@@ -94,7 +104,7 @@ def test_bad_workload_is_reported_with_exit_status_2(tmp_path: Path):
         _meridian("bench", "--url", "http://127.0.0.1:9", "--workload", str(workload)),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=120,
     )
     assert done.returncode == 2
     assert "bad.yaml" in done.stderr and "needs 'rate'" in done.stderr
