@@ -16,7 +16,9 @@ step longer than a decode step, a prefill chunk in it, whose end nobody can tell
 length unlike the predictor's own (ticks too sparse to measure one), and the half step stands.
 The clock is fed by whatever sees tokens: the simulator at every step end of an engine where
 that gateway has an answer streaming, and first tokens and ends of streams in the router
-(``PredictedTTFTScorer``); a gateway's relay can feed every chunk (``seen``).
+(``PredictedTTFTScorer``); a gateway's relay can feed every chunk (``seen``): the tokens
+of one step, arriving a few ms apart over many streams, count as one tick (the first), so the
+gaps learned are between steps.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from collections import deque
 
 from routing.predictor_detail import TERMS
 
+# Ticks closer than this are one step's tokens (a path's jitter; no engine's decode step is
+# that short). Absolute, not a share of the learned step: one too long at first (a prefill
+# step) would then hide every other step and hold itself there.
+_SAME_STEP_MS = 4.0
 _GAP_RATIO = 1.5  # a gap longer than this x the step is a step with prefill, or an unseen one
 _ALPHA = 0.1  # EWMA weight of one gap
 _AGREE = 2.0  # the measured step is used within this factor of the predictor's decode step
@@ -47,18 +53,17 @@ class StepClock:
 
     def seen(self, backend: str, at: float) -> None:
         """A token from ``backend`` arrived at ``at``: its engine ended a step a one-way trip
-        before. Ticks come in time order per backend; repeats (many streams, one step) count
-        once."""
+        before. Ticks come in time order per backend; the tokens of one step (many streams,
+        each arriving with its own jitter) count once, as the first of them."""
         ticks = self._ticks.get(backend)
         if ticks is None:
             self._ticks[backend] = deque((at,), maxlen=_KEPT)
             return
-        last = ticks[-1]
-        if at <= last:
-            return
-        ticks.append(at)
-        gap = 1000.0 * (at - last)
+        gap = 1000.0 * (at - ticks[-1])
         period = self._period.get(backend)
+        if gap < _SAME_STEP_MS:
+            return  # the same step, seen by another stream (arrivals jitter by a few ms)
+        ticks.append(at)
         if period is None:
             self._period[backend] = gap
         elif gap <= _GAP_RATIO * period:

@@ -181,3 +181,36 @@ def test_the_router_ticks_on_tokens_it_is_told_of_and_not_on_failures() -> None:
     assert clock.period_ms("b") == pytest.approx(20.0)
     assert clock.period_ms("other") is None
     assert build_router("round_robin", {}, 1).step_clock is None
+
+
+@given(
+    step=st.floats(8.0, 60.0),
+    jitters=st.lists(
+        st.lists(st.floats(0.0, 3.0), min_size=1, max_size=8), min_size=3, max_size=30
+    ),
+)
+def test_the_tokens_of_one_step_count_once(step: float, jitters: list[list[float]]) -> None:
+    """A gateway relaying many streams from one engine gets each step's tokens a few ms apart
+    (each path and detokeniser its own jitter): the step is still learned as one step, not
+    as the gaps between its tokens."""
+    clock = StepClock()
+    for k, arrivals in enumerate(jitters):
+        end = 1.0 + k * step / 1000.0
+        for jitter in sorted(arrivals):
+            clock.seen("b", end + jitter / 1000.0)
+    period = clock.period_ms("b")
+    assert period is not None and step - 3.0 <= period <= step + 3.0
+
+
+def test_a_long_first_step_does_not_hold_the_period() -> None:
+    """The first gap a clock sees can be a step with prefill (60 ms): the decode steps after
+    it (20 ms) still bring the period down to theirs."""
+    clock = StepClock()
+    at = 1.0
+    clock.seen("b", at)
+    at += 0.060
+    for _ in range(80):
+        clock.seen("b", at)
+        at += 0.020
+    period = clock.period_ms("b")
+    assert period is not None and period == pytest.approx(20.0, abs=0.5)
