@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from loadtests.sim.path_events import PathReaction
-from loadtests.sim.summary import BASELINES_EXCLUDED, Summary
+from loadtests.sim.summary import Summary, is_baseline
 
 OURS = "predicted_ttft"
 RETURN_S = 10.0
@@ -173,7 +173,7 @@ def versus_rows(file: str, number: str, summaries: Sequence[Summary]) -> list[Go
 
 def e2e_row(file: str, summaries: Sequence[Summary]) -> GoalRow | None:
     ours = _ours(summaries)
-    baselines = [s for s in summaries if s.policy not in BASELINES_EXCLUDED]
+    baselines = [s for s in summaries if is_baseline(s.policy)]
     if ours is None or not baselines:
         return None
     p50 = min(baselines, key=lambda s: s.e2e_p50_ms)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from loadtests.sim.loop import REJECT_SUFFIX
 from loadtests.sim.results import F64, PolicyRun
 from loadtests.sim.trace import Trace
 
@@ -33,6 +34,11 @@ from loadtests.sim.trace import Trace
 # top (where no candidate meets the objective it picks exactly what predicted_ttft would), so
 # a TTFT or e2e it wins is ours already, not a peer's bar to beat.
 BASELINES_EXCLUDED = ("predicted_ttft", "slo_cost", "oracle")
+
+
+def is_baseline(policy: str) -> bool:
+    """Not one of ``BASELINES_EXCLUDED``, with or without early rejection (``+reject``)."""
+    return policy.removesuffix(REJECT_SUFFIX) not in BASELINES_EXCLUDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +173,7 @@ def compare(summaries: Sequence[Summary]) -> Comparison | None:
     ours = by.get("predicted_ttft")
     if ours is None:
         return None
-    baselines = [s for s in summaries if s.policy not in BASELINES_EXCLUDED]
+    baselines = [s for s in summaries if is_baseline(s.policy)]
     best = min(baselines, key=lambda s: s.ttft_p99_ms, default=None)
     rr, oracle = by.get("round_robin"), by.get("oracle")
     return Comparison(

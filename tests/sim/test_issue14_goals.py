@@ -66,7 +66,8 @@ def test_slo_cost_is_ours_not_a_baseline() -> None:
     ours_with_cost = _summary("slo_cost", ttft_p99_ms=60.0, e2e_p50_ms=900.0, goodput=0.99)
     row = goals.e2e_row(FILE, [ours, _summary("least_loaded"), ours_with_cost])
     assert row is not None and row.met is True and "slo_cost" not in row.measured
-    comparison = compare([ours, _summary("round_robin"), ours_with_cost])
+    rejecting = _summary("predicted_ttft+reject", ttft_p99_ms=10.0)  # ours, rejecting early
+    comparison = compare([ours, _summary("round_robin"), ours_with_cost, rejecting])
     assert comparison is not None and comparison.best_baseline == "round_robin"
 
 
