@@ -68,7 +68,10 @@ async def coordinator(tmp_path: Path) -> AsyncIterator[HostStateServer]:
 
 
 async def _worker(path: str, replica: str) -> SharedStateSync:
-    config = fast_config("host", url=f"unix://{path}")
+    # Semantics, not latency, are under test (as in conftest's make_store): with the 0.2 s
+    # op timeout a call on two busy cores timed out, and the reconnect's full pull was one
+    # more prefix pull than the events leave room for.
+    config = fast_config("host", url=f"unix://{path}", timeouts={"op_s": 5.0, "connect_s": 5.0})
     sync = SharedStateSync.from_config(config, replica_id=replica)
     await sync.start()
     return sync
