@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from loadtests.bench.lean_client import run_lean
 from loadtests.bench.records import BenchResult, RequestRecord
@@ -157,17 +158,7 @@ async def measure(
         ) as (backend_url, backend_pid),
         contextlib.AsyncExitStack() as stack,
     ):
-        config = {
-            "backends": [
-                {
-                    "name": "overhead",
-                    "region": "local",
-                    "url": backend_url + "/v1",
-                    "models": [MODEL],
-                    "max_connections": 4096,
-                }
-            ]
-        }
+        config = one_backend_config("overhead", backend_url)
         gateways = {n: await stack.enter_async_context(gateway(config, n)) for n in counts}
         src_gateways = {
             name: await stack.enter_async_context(gateway(config, src_workers, _env(src)))
@@ -218,6 +209,12 @@ async def measure(
                 Level(concurrency, _merged(direct), sides[counts[0]], sides, by_src, spent, balance)
             )
     return levels
+
+
+def one_backend_config(name: str, backend_url: str) -> dict[str, Any]:
+    """A gateway in front of one local backend, with a connection for every stream of a run."""
+    backend = {"name": name, "region": "local", "url": backend_url + "/v1", "models": [MODEL]}
+    return {"backends": [{**backend, "max_connections": 4096}]}
 
 
 def _env(src: str) -> dict[str, str]:

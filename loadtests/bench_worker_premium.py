@@ -36,7 +36,14 @@ from loadtests.bench.lean_client import run_lean
 from loadtests.bench.records import BenchResult
 from loadtests.bench.report import summarize
 from loadtests.bench.workload import parse_workload
-from loadtests.bench_overhead import MOCK_ITL_MS, MOCK_TTFT_MS, MODEL, _workload
+from loadtests.bench_overhead import (
+    MOCK_ITL_MS,
+    MOCK_TTFT_MS,
+    MODEL,
+    _env,
+    _workload,
+    one_backend_config,
+)
 from loadtests.cpu_ledger import OTHERS, CpuLedger
 from loadtests.proc_counters import MAIN, Counters, spent, tree_counters
 from loadtests.processes import gateway, mock_backend
@@ -96,23 +103,13 @@ async def measure(
         mock_backend(MODEL, MOCK_TTFT_MS, MOCK_ITL_MS) as (backend_url, _),
         contextlib.AsyncExitStack() as stack,
     ):
-        config = {
-            "backends": [
-                {
-                    "name": "premium",
-                    "region": "local",
-                    "url": backend_url + "/v1",
-                    "models": [MODEL],
-                    "max_connections": 4096,
-                }
-            ]
-        }
+        config = one_backend_config("premium", backend_url)
         targets: dict[str, tuple[str, int | None]] = {}
         for spec in specs:
             if spec.workers == 0:
                 targets[spec.name] = (backend_url, None)
                 continue
-            env = None if spec.src is None else {**os.environ, "PYTHONPATH": spec.src}
+            env = None if spec.src is None else _env(spec.src)
             targets[spec.name] = await stack.enter_async_context(gateway(config, spec.workers, env))
         for spec in specs:  # warm every pool and every worker's connections
             url, _ = targets[spec.name]
