@@ -33,6 +33,10 @@ IDLE = "idle"
 _PROC = Path("/proc")
 _TICK = os.sysconf("SC_CLK_TCK")
 _BUSY_SHARE = 0.1  # an autogroup that used this much of a core during a run was competing
+# The kernel's default autogroup (id 0): a process that never started a session of its own
+# since boot (a CI runner started by init, say) is in it, and its ``autogroup`` file is empty.
+ROOT_GROUP = "/autogroup-0"
+_PF_KTHREAD = 0x00200000  # ``/proc/<pid>/stat`` flags: a kernel thread
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ def _processes() -> tuple[dict[int, float], dict[int, list[int]], dict[str, floa
             continue
         try:
             fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            group = _autogroup(entry)
+            group = _autogroup(entry, kernel_thread=bool(int(fields[6]) & _PF_KTHREAD))
         except OSError:
             continue  # ended while we looked
         pid = int(entry.name)
@@ -97,12 +101,16 @@ def _processes() -> tuple[dict[int, float], dict[int, list[int]], dict[str, floa
     return cpu, children, groups
 
 
-def _autogroup(entry: Path) -> str:
-    """``/autogroup-N`` of a process ("" without autogroups, or for a kernel thread)."""
-    try:
-        return (entry / "autogroup").read_text().split()[0]
-    except (FileNotFoundError, IndexError):
+def _autogroup(entry: Path, kernel_thread: bool = False) -> str:
+    """``/autogroup-N`` of a process: ``ROOT_GROUP`` for a user process in the default group,
+    "" for a kernel thread or without autogroups."""
+    if kernel_thread:
         return ""
+    try:
+        words = (entry / "autogroup").read_text().split()
+    except FileNotFoundError:
+        return ""
+    return words[0] if words else ROOT_GROUP
 
 
 def _machine() -> tuple[float, float]:
@@ -155,7 +163,7 @@ class CpuLedger:
         by_label[OTHERS] = busy - ours
         by_label[IDLE] = idle
         groups.pop("", None)  # kernel threads: not a group the scheduler shares with us
-        return CpuReading(wall, by_label, groups, _autogroup(_PROC / str(own)))
+        return CpuReading(wall, by_label, groups, _autogroup(_PROC / "self"))
 
 
 def format_ledger(title: str, spent: CpuReading, requests: int) -> str:

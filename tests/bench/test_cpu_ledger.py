@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.cpu_ledger import IDLE, LOADGEN, OTHERS, CpuLedger, format_ledger
+from loadtests.cpu_ledger import (
+    IDLE,
+    LOADGEN,
+    OTHERS,
+    ROOT_GROUP,
+    CpuLedger,
+    _autogroup,
+    format_ledger,
+)
 
 BURN_S = 0.3
 
@@ -96,8 +104,22 @@ def test_a_busy_process_of_another_session_is_another_busy_autogroup() -> None:
     finally:
         child.stdin.close()
         child.wait(timeout=30)
+    # a test runner that never started a session (a CI job started by init) is in the
+    # kernel's default group, whose autogroup file is empty
     assert group != spent.own_group and spent.own_group.startswith("/autogroup-")
+    assert group.startswith("/autogroup-") and group != ROOT_GROUP
     assert spent.by_group[group] >= BURN_S - 0.02  # clock ticks, as above
     if spent.by_group[group] / spent.wall >= 0.1:  # a slow host may stretch the wall time
         assert spent.busy_groups() >= 1
         assert "busy autogroups" in format_ledger("side", spent, requests=10)
+
+
+def test_a_process_in_the_default_autogroup_is_counted_in_the_root_group(tmp_path: Path) -> None:
+    # the kernel prints nothing for a task of the default group (a CI runner started by init
+    # never made a session of its own); the ledger must not take it for a kernel thread
+    (tmp_path / "autogroup").write_text("")
+    assert _autogroup(tmp_path) == ROOT_GROUP
+    assert _autogroup(tmp_path, kernel_thread=True) == ""
+    (tmp_path / "autogroup").write_text("/autogroup-7 nice 0\n")
+    assert _autogroup(tmp_path) == "/autogroup-7"
+    assert _autogroup(tmp_path / "ended") == ""
