@@ -35,6 +35,12 @@ class ListenConfig(_Strict):
     grpc_port: Annotated[int, Field(ge=0, le=65535)] | None = Field(
         default=None, description="gRPC port; None: no gRPC listener (0: any free port)."
     )
+    grpc_engine: Literal["grpcio", "h2"] = Field(
+        default="grpcio",
+        description="What serves the gRPC listener: 'grpcio' (grpc.aio) or 'h2' (gRPC over "
+        "HTTP/2 on the event loop itself, gateway/grpc_h2; the same servicers, health and "
+        "reflection).",
+    )
     tls: ListenTlsConfig | None = Field(
         default=None,
         description="Serve the HTTP and gRPC listeners over TLS, optionally asking for client "

@@ -9,11 +9,12 @@ configured port was 0, ``drain()`` to report NOT_SERVING before shutdown).
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.auth.tls import grpc_credentials
+from gateway.auth.tls import ListenTlsConfig, grpc_credentials, listener_context
 from gateway.auth.wiring import AUTH, door_check
 from gateway.config import GatewayConfig
 from gateway.grpc.relay_backend import RelayBackend
@@ -33,13 +34,25 @@ def grpc_server_config(config: GatewayConfig) -> GrpcServerConfig | None:
     limit = config.limits.max_body_bytes
     # A protobuf request is never much bigger than its JSON body: the HTTP door's body limit
     # bounds both the wire message (RESOURCE_EXHAUSTED) and the converted body (INVALID_ARGUMENT).
+    engine = config.listen.grpc_engine
+    tls = config.listen.tls  # the same TLS as the HTTP listener
     return GrpcServerConfig(
         host=config.listen.host,
         port=port,
         max_receive_message_bytes=limit,
         limits=ServicerLimits(max_body_bytes=limit),
-        credentials=grpc_credentials(config.listen.tls),  # the same TLS as the HTTP listener
+        credentials=grpc_credentials(tls) if engine == "grpcio" else None,
+        engine=engine,
+        ssl_context=h2_context(tls) if engine == "h2" else None,
     )
+
+
+def h2_context(tls: ListenTlsConfig | None) -> ssl.SSLContext | None:
+    """``listen.tls`` for the h2 engine: the HTTP listener's context, offering only h2 (ALPN)."""
+    context = listener_context(tls)
+    if context is not None:
+        context.set_alpn_protocols(["h2"])
+    return context
 
 
 async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:

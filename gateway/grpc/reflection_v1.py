@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 V1_PACKAGE = "grpc.reflection.v1"
 V1_SERVICE = f"{V1_PACKAGE}.ServerReflection"
@@ -45,11 +45,13 @@ def _v1_messages() -> tuple[Any, Any]:
     return message_factory.GetMessageClass(request), message_factory.GetMessageClass(response)
 
 
-def enable_reflection(service_names: Iterable[str], server: grpc.aio.Server) -> None:
+def enable_reflection(service_names: Iterable[str], server: Any) -> None:
     """v1alpha and v1 reflection, each listing both."""
     names = (*service_names, reflection.SERVICE_NAME, V1_SERVICE)
-    reflection.enable_server_reflection(names, server)
     servicer = reflection.aio.ReflectionServicer(names)
+    # Registered directly (enable_server_reflection picks the aio servicer only for a
+    # grpc.aio.Server; the h2 engine takes the same registration).
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
     v1_request, v1_response = _v1_messages()
 
     async def info(requests: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -8,14 +8,20 @@ balancers stop sending new calls while in-flight streams get ``grace_s`` to fini
 Oversized messages are refused by gRPC itself with RESOURCE_EXHAUSTED ("received message larger
 than max"); a request within the gRPC limit whose JSON body exceeds the HTTP door's limit gets
 INVALID_ARGUMENT from the servicer.
+
+Two engines serve the same servicers (``GrpcServerConfig.engine``): ``grpcio`` (grpc.aio, the
+default) and ``h2`` (:mod:`gateway.grpc_h2`: HTTP/2 in Python on the event loop itself, with no
+C-core poller thread between the loop and each call's operations).
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import grpc
 from aiohttp import web
@@ -24,6 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from gateway.grpc.reflection_v1 import enable_reflection
 from gateway.grpc.servicer import InferenceServicer, ServicerLimits
 from gateway.grpc.strict_decode import add_inference_servicer
+from gateway.grpc_h2.limits import H2Limits
 from gateway.lifecycle.seam import InferenceBackend
 from proto.meridian.v1 import inference_pb2 as pb
 
@@ -32,6 +39,11 @@ log = logging.getLogger("meridian.grpc")
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["Inference"].full_name
 OVERALL_HEALTH = ""  # the health service's name for "the whole server"
 MiB = 1024 * 1024
+GrpcEngine = Literal["grpcio", "h2"]
+
+
+class _Engine(Protocol):
+    async def stop(self, grace: float | None) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +57,12 @@ class GrpcServerConfig:
     limits: ServicerLimits = field(default_factory=ServicerLimits)
     # listen.tls (gateway/auth/tls.py grpc_credentials); None: plaintext.
     credentials: grpc.ServerCredentials | None = None
+    engine: GrpcEngine = "grpcio"
+    # listen.tls for the h2 engine (ALPN h2 set on it); None: plaintext.
+    ssl_context: ssl.SSLContext | None = None
+
+    def h2_limits(self) -> H2Limits:
+        return H2Limits(self.max_receive_message_bytes, self.max_send_message_bytes)
 
     def channel_options(self) -> list[tuple[str, int]]:
         return [
@@ -58,7 +76,7 @@ class GrpcServerConfig:
 
 @dataclass
 class RunningGrpcServer:
-    server: grpc.aio.Server
+    server: _Engine  # grpc.aio.Server or gateway.grpc_h2.server.H2GrpcServer
     health: health.aio.HealthServicer
     host: str
     port: int
@@ -82,7 +100,35 @@ async def start_grpc_server(
 ) -> RunningGrpcServer:
     """Start serving on the running event loop; returns once the port is bound."""
     config = config or GrpcServerConfig()
-    server = grpc.aio.server(options=config.channel_options())
+    if config.engine == "h2":
+        from gateway.grpc_h2.server import H2GrpcServer  # loads h2 only when chosen
+
+        h2_server = H2GrpcServer(config.h2_limits())
+        health_servicer = _register(h2_server, backend, config)
+        port = await h2_server.start(config.host, config.port, config.ssl_context)
+        server: _Engine = h2_server
+    else:
+        aio_server = grpc.aio.server(options=config.channel_options())
+        health_servicer = _register(aio_server, backend, config)
+        address = f"{config.host}:{config.port}"
+        if config.credentials is None:
+            port = aio_server.add_insecure_port(address)
+        else:
+            port = aio_server.add_secure_port(address, config.credentials)
+        if port == 0:
+            raise OSError(f"gRPC server could not bind {config.host}:{config.port}")
+        await aio_server.start()
+        server = aio_server
+    for service in (OVERALL_HEALTH, INFERENCE_SERVICE):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    log.info("gRPC (%s) serving on %s:%d", config.engine, config.host, port)
+    return RunningGrpcServer(server, health_servicer, config.host, port, config.grace_s)
+
+
+def _register(
+    server: Any, backend: InferenceBackend, config: GrpcServerConfig
+) -> health.aio.HealthServicer:
+    """Inference, health and reflection on ``server`` (either engine: same registrations)."""
     servicer = InferenceServicer(backend, config.limits)
     add_inference_servicer(servicer, server)  # a message that does not decode: INVALID_ARGUMENT
     health_servicer = health.aio.HealthServicer()
@@ -90,18 +136,7 @@ async def start_grpc_server(
     if config.reflection:
         names = (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name)
         enable_reflection(names, server)  # v1alpha and v1
-    address = f"{config.host}:{config.port}"
-    if config.credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, config.credentials)
-    if port == 0:
-        raise OSError(f"gRPC server could not bind {config.host}:{config.port}")
-    await server.start()
-    for service in (OVERALL_HEALTH, INFERENCE_SERVICE):
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("gRPC serving on %s:%d", config.host, port)
-    return RunningGrpcServer(server, health_servicer, config.host, port, config.grace_s)
+    return health_servicer
 
 
 @asynccontextmanager

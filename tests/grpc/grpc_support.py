@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ import grpc
 
 from gateway.grpc.client import inference_stub
 from gateway.grpc.direct_backend import DirectHttpBackend
-from gateway.grpc.server import GrpcServerConfig, RunningGrpcServer, serving_grpc
+from gateway.grpc.server import GrpcEngine, GrpcServerConfig, RunningGrpcServer, serving_grpc
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
@@ -39,8 +40,11 @@ class GrpcRig:
 
 @asynccontextmanager
 async def grpc_rig(
-    faults: FaultConfig | None = None, config: GrpcServerConfig | None = None
+    faults: FaultConfig | None = None,
+    config: GrpcServerConfig | None = None,
+    engine: GrpcEngine = "grpcio",
 ) -> AsyncIterator[GrpcRig]:
+    config = dataclasses.replace(config or GrpcServerConfig(), engine=engine)
     emulator = await start_emulated_backend(
         EmulatedBackendConfig(
             name="b1", models=(MODEL,), engine=FAST_ENGINE, faults=faults or FaultConfig()

@@ -17,6 +17,7 @@ from gateway.app import start_gateway
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
+from gateway.grpc.server import GrpcEngine
 from gateway.state_keys import METRICS, RELAY
 from loadtests.emulator.config import EmulatedBackendConfig
 from loadtests.emulator.server import start_emulated_backend
@@ -28,14 +29,14 @@ SLOW = FAST_ENGINE.model_copy(update={"decode_base_ms": 20.0})  # 500 tokens: 10
 
 
 @pytest.fixture
-async def rig() -> AsyncIterator[tuple[Any, Any, RecordingRouter]]:
+async def rig(grpc_engine: GrpcEngine) -> AsyncIterator[tuple[Any, Any, RecordingRouter]]:
     async with AsyncExitStack() as stack:
         emulator = await start_emulated_backend(
             EmulatedBackendConfig(name="b1", models=(MODEL,), engine=SLOW)
         )
         stack.push_async_callback(emulator.close)
         data: dict[str, Any] = {
-            "listen": {"host": "127.0.0.1", "port": 0, "grpc_port": 0},
+            "listen": {"host": "127.0.0.1", "port": 0, "grpc_port": 0, "grpc_engine": grpc_engine},
             "backends": [
                 {"name": "b1", "region": "local", "url": emulator.url + "/v1", "models": [MODEL]}
             ],

@@ -9,6 +9,7 @@ from gateway.app import start_gateway
 from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
+from gateway.grpc.server import GrpcEngine
 from loadtests.emulator.config import EmulatedBackendConfig
 from loadtests.emulator.server import start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
@@ -17,12 +18,12 @@ from tests.grpc.grpc_support import FAST_ENGINE, chat
 BACKEND_ID = "/models/grpc-model.gguf"
 
 
-async def test_alias_reaches_the_backend_by_its_own_id() -> None:
+async def test_alias_reaches_the_backend_by_its_own_id(grpc_engine: GrpcEngine) -> None:
     emulator = await start_emulated_backend(
         EmulatedBackendConfig(name="b1", models=(BACKEND_ID,), engine=FAST_ENGINE)
     )
     data = {
-        "listen": {"host": "127.0.0.1", "port": 0, "grpc_port": 0},
+        "listen": {"host": "127.0.0.1", "port": 0, "grpc_port": 0, "grpc_engine": grpc_engine},
         "backends": [
             {
                 "name": "b1",

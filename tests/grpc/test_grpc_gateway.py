@@ -17,6 +17,7 @@ from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.convert import decode_status_details, retry_delay_s
 from gateway.grpc.mount import GRPC_SERVER
+from gateway.grpc.server import GrpcEngine
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
@@ -32,7 +33,9 @@ class Door:
 
 
 @asynccontextmanager
-async def grpc_gateway(*faults: FaultConfig, **overrides: Any) -> AsyncIterator[Door]:
+async def grpc_gateway(
+    *faults: FaultConfig, engine: GrpcEngine = "grpcio", **overrides: Any
+) -> AsyncIterator[Door]:
     async with AsyncExitStack() as stack:
         emulators = []
         for index, fault in enumerate(faults or (FaultConfig(),)):
@@ -43,7 +46,7 @@ async def grpc_gateway(*faults: FaultConfig, **overrides: Any) -> AsyncIterator[
             stack.push_async_callback(emulator.close)
             emulators.append(emulator)
         data: dict[str, Any] = {
-            "listen": {"host": "127.0.0.1", "port": 0, "grpc_port": 0},
+            "listen": {"host": "127.0.0.1", "port": 0, "grpc_port": 0, "grpc_engine": engine},
             "backends": [
                 {"name": e.name, "region": "local", "url": e.url + "/v1", "models": [MODEL]}
                 for e in emulators
@@ -69,8 +72,8 @@ def _timing_names(header: str) -> list[str]:
     return [item.split(";")[0].strip() for item in header.split(",")]
 
 
-async def test_chat_through_the_gateway_carries_route_and_timing() -> None:
-    async with grpc_gateway() as door:
+async def test_chat_through_the_gateway_carries_route_and_timing(grpc_engine: GrpcEngine) -> None:
+    async with grpc_gateway(engine=grpc_engine) as door:
         call = door.stub.ChatCompletion(
             chat(max_tokens=4, stream_options=pb.StreamOptions(include_usage=True)),
             metadata=(("x-request-id", "grpc-req-1"),),
@@ -95,8 +98,12 @@ async def test_chat_through_the_gateway_carries_route_and_timing() -> None:
     assert "e2e" in _timing_names(trailing["server-timing"])
 
 
-async def test_models_unknown_model_and_fallback_before_first_token() -> None:
-    async with grpc_gateway(FaultConfig(unavailable_rate=1.0), FaultConfig()) as door:
+async def test_models_unknown_model_and_fallback_before_first_token(
+    grpc_engine: GrpcEngine,
+) -> None:
+    async with grpc_gateway(
+        FaultConfig(unavailable_rate=1.0), FaultConfig(), engine=grpc_engine
+    ) as door:
         models = await door.stub.ListModels(pb.ListModelsRequest())
         unknown = await _error_of(door.stub.ChatCompletion(chat(model="nope")))
         for _ in range(2):  # whichever backend round robin picks first, b2 serves it
@@ -115,9 +122,9 @@ async def test_models_unknown_model_and_fallback_before_first_token() -> None:
     ],
 )
 async def test_overload_and_no_backend_carry_retry_info(
-    fault: FaultConfig, expected: grpc.StatusCode
+    fault: FaultConfig, expected: grpc.StatusCode, grpc_engine: GrpcEngine
 ) -> None:
-    async with grpc_gateway(fault) as door:
+    async with grpc_gateway(fault, engine=grpc_engine) as door:
         error = await _error_of(door.stub.ChatCompletion(chat()))
     assert error.code() is expected
     trailing = tuple(error.trailing_metadata() or ())
@@ -125,8 +132,10 @@ async def test_overload_and_no_backend_carry_retry_info(
     assert retry_delay_s(decode_status_details(trailing)) is not None
 
 
-async def test_invalid_argument_from_the_gateway_and_from_the_converter() -> None:
-    async with grpc_gateway() as door:
+async def test_invalid_argument_from_the_gateway_and_from_the_converter(
+    grpc_engine: GrpcEngine,
+) -> None:
+    async with grpc_gateway(engine=grpc_engine) as door:
         empty = await _error_of(door.stub.ChatCompletion(pb.ChatCompletionRequest(model=MODEL)))
         zero_tokens = await _error_of(door.stub.ChatCompletion(chat(max_tokens=0)))
     assert empty.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -134,16 +143,18 @@ async def test_invalid_argument_from_the_gateway_and_from_the_converter() -> Non
     assert "max_tokens" in (zero_tokens.details() or "")
 
 
-async def test_deadline_bounds_the_call_and_cancels_upstream() -> None:
-    async with grpc_gateway(FaultConfig(stall_rate=1.0, stall_ms=5_000)) as door:
+async def test_deadline_bounds_the_call_and_cancels_upstream(grpc_engine: GrpcEngine) -> None:
+    async with grpc_gateway(
+        FaultConfig(stall_rate=1.0, stall_ms=5_000), engine=grpc_engine
+    ) as door:
         error = await _error_of(door.stub.ChatCompletion(chat(), timeout=0.4))
         assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
         # Within the 5 s stall: a request left running would reach its first token after it.
         assert await wait_until(lambda: door.emulators[0].stats.cancelled == 1, 4.0)
 
 
-async def test_cancel_mid_stream_cancels_upstream() -> None:
-    async with grpc_gateway() as door:
+async def test_cancel_mid_stream_cancels_upstream(grpc_engine: GrpcEngine) -> None:
+    async with grpc_gateway(engine=grpc_engine) as door:
         call = door.stub.ChatCompletion(chat(max_tokens=2000))
         async for _ in call:
             break
@@ -152,8 +163,10 @@ async def test_cancel_mid_stream_cancels_upstream() -> None:
         assert door.emulators[0].stats.completed == 0
 
 
-async def test_mid_stream_failure_is_a_non_ok_status_with_timings() -> None:
-    async with grpc_gateway(FaultConfig(die_rate=1.0, die_after_tokens=3)) as door:
+async def test_mid_stream_failure_is_a_non_ok_status_with_timings(grpc_engine: GrpcEngine) -> None:
+    async with grpc_gateway(
+        FaultConfig(die_rate=1.0, die_after_tokens=3), engine=grpc_engine
+    ) as door:
         call = door.stub.ChatCompletion(chat(max_tokens=50))
         received = []
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -165,8 +178,8 @@ async def test_mid_stream_failure_is_a_non_ok_status_with_timings() -> None:
     assert summary["backend"] == "b1"
 
 
-async def test_gateway_health_drains() -> None:
-    async with grpc_gateway() as door:
+async def test_gateway_health_drains(grpc_engine: GrpcEngine) -> None:
+    async with grpc_gateway(engine=grpc_engine) as door:
         health = health_pb2_grpc.HealthStub(door.channel)
         request = health_pb2.HealthCheckRequest(service="meridian.v1.Inference")
         assert (await health.Check(request)).status == health_pb2.HealthCheckResponse.SERVING

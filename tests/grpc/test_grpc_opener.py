@@ -11,7 +11,7 @@ import pytest
 
 from gateway.grpc.client import inference_stub
 from gateway.grpc.opener import fold_opener, role_opener
-from gateway.grpc.server import serving_grpc
+from gateway.grpc.server import GrpcEngine, GrpcServerConfig, serving_grpc
 from gateway.lifecycle.seam import (
     BackendEvent,
     BackendRequest,
@@ -109,21 +109,26 @@ class _ScriptedBackend:
         return []
 
 
-async def _deltas(backend: _ScriptedBackend) -> list[tuple[str, str]]:
+async def _deltas(backend: _ScriptedBackend, engine: GrpcEngine) -> list[tuple[str, str]]:
     async with (
-        serving_grpc(backend) as server,
+        serving_grpc(backend, GrpcServerConfig(engine=engine)) as server,
         grpc.aio.insecure_channel(server.target) as channel,
     ):
         chunks = [c async for c in inference_stub(channel).ChatCompletion(chat())]
     return [(c.choices[0].delta.role, c.choices[0].delta.content) for c in chunks]
 
 
-async def test_the_servicer_sends_the_opener_with_the_first_token() -> None:
+async def test_the_servicer_sends_the_opener_with_the_first_token(grpc_engine: GrpcEngine) -> None:
     token = _chunk({"content": "Hello"}, finish_reason=None)
-    assert await _deltas(_ScriptedBackend(OPENER, token)) == [("assistant", "Hello")]
+    assert await _deltas(_ScriptedBackend(OPENER, token), grpc_engine) == [("assistant", "Hello")]
 
 
-async def test_an_opener_nothing_can_carry_is_sent_as_it_came() -> None:
+async def test_an_opener_nothing_can_carry_is_sent_as_it_came(grpc_engine: GrpcEngine) -> None:
     other = {**_chunk({"content": "Hello"}), "id": "another-response"}
-    assert await _deltas(_ScriptedBackend(OPENER, other)) == [("assistant", ""), ("", "Hello")]
-    assert await _deltas(_ScriptedBackend(OPENER)) == [("assistant", "")]  # then the end
+    assert await _deltas(_ScriptedBackend(OPENER, other), grpc_engine) == [
+        ("assistant", ""),
+        ("", "Hello"),
+    ]
+    assert await _deltas(_ScriptedBackend(OPENER), grpc_engine) == [
+        ("assistant", "")
+    ]  # then the end

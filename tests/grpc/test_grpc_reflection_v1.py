@@ -9,14 +9,15 @@ from google.protobuf import descriptor_pb2
 
 from gateway.grpc.client import inference_stub
 from gateway.grpc.reflection_v1 import V1_SERVICE, _v1_messages
+from gateway.grpc.server import GrpcEngine
 from loadtests.emulator.config import FaultConfig
 from tests.grpc.grpc_support import chat, grpc_rig
 
 
-async def test_v1_reflection_lists_and_describes() -> None:
+async def test_v1_reflection_lists_and_describes(grpc_engine: GrpcEngine) -> None:
     request_type, response_type = _v1_messages()
     assert request_type.DESCRIPTOR.full_name == "grpc.reflection.v1.ServerReflectionRequest"
-    async with grpc_rig() as rig:
+    async with grpc_rig(engine=grpc_engine) as rig:
         call = rig.channel.stream_stream(
             f"/{V1_SERVICE}/ServerReflectionInfo",
             request_serializer=request_type.SerializeToString,
@@ -51,9 +52,9 @@ async def test_v1_reflection_lists_and_describes() -> None:
     ids=["backend-failure", "invalid-request"],
 )
 async def test_failed_calls_name_the_request_in_their_trailers(
-    faults: FaultConfig, request_message: object
+    faults: FaultConfig, request_message: object, grpc_engine: GrpcEngine
 ) -> None:
-    async with grpc_rig(faults) as rig:
+    async with grpc_rig(faults, engine=grpc_engine) as rig:
         call = inference_stub(rig.channel).ChatCompletion(
             request_message, metadata=(("x-request-id", "req-42"),)
         )

@@ -11,14 +11,14 @@ from aiohttp import web
 
 from gateway.grpc.client import inference_stub
 from gateway.grpc.direct_backend import DirectHttpBackend
-from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, grpc_cleanup_ctx
+from gateway.grpc.server import GRPC_SERVER, GrpcEngine, GrpcServerConfig, grpc_cleanup_ctx
 from loadtests.emulator.config import EmulatedBackendConfig
 from loadtests.emulator.server import start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import FAST_ENGINE, MODEL, chat
 
 
-async def _one_process_two_doors() -> tuple[bool, str, int]:
+async def _one_process_two_doors(engine: GrpcEngine) -> tuple[bool, str, int]:
     emulator = await start_emulated_backend(
         EmulatedBackendConfig(name="b1", models=(MODEL,), engine=FAST_ENGINE)
     )
@@ -29,7 +29,7 @@ async def _one_process_two_doors() -> tuple[bool, str, int]:
         return web.Response(text=type(asyncio.get_running_loop()).__module__)
 
     app.router.add_get("/loop", whoami)
-    app.cleanup_ctx.append(grpc_cleanup_ctx(lambda _app: backend, GrpcServerConfig()))
+    app.cleanup_ctx.append(grpc_cleanup_ctx(lambda _app: backend, GrpcServerConfig(engine=engine)))
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -58,9 +58,9 @@ async def _one_process_two_doors() -> tuple[bool, str, int]:
     return stopped, loop_module, len(chunks)
 
 
-def test_grpc_and_http_share_one_uvloop_and_lifecycle() -> None:
+def test_grpc_and_http_share_one_uvloop_and_lifecycle(grpc_engine: GrpcEngine) -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        stopped, loop_module, chunk_count = runner.run(_one_process_two_doors())
+        stopped, loop_module, chunk_count = runner.run(_one_process_two_doors(grpc_engine))
     assert loop_module.startswith("uvloop")
     assert chunk_count >= 3
     assert stopped, "the gRPC server outlived the aiohttp app"

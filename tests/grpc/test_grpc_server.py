@@ -11,7 +11,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gateway.grpc.client import inference_stub
 from gateway.grpc.convert import decode_status_details, retry_delay_s
-from gateway.grpc.server import GrpcServerConfig, serving_grpc
+from gateway.grpc.server import GrpcEngine, GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits, peer_address
 from gateway.lifecycle.seam import BackendEvent, BackendRequest, ModelEntry
 from loadtests.emulator.config import FaultConfig
@@ -19,8 +19,8 @@ from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import MODEL, chat, grpc_rig, wait_until
 
 
-async def test_chat_streams_chunks_with_metadata_and_usage() -> None:
-    async with grpc_rig() as rig:
+async def test_chat_streams_chunks_with_metadata_and_usage(grpc_engine: GrpcEngine) -> None:
+    async with grpc_rig(engine=grpc_engine) as rig:
         call = rig.stub.ChatCompletion(
             chat(max_tokens=5, stream_options=pb.StreamOptions(include_usage=True))
         )
@@ -38,8 +38,8 @@ async def test_chat_streams_chunks_with_metadata_and_usage() -> None:
     assert trailing["server-timing"].startswith("total;dur=")
 
 
-async def test_completion_and_list_models() -> None:
-    async with grpc_rig() as rig:
+async def test_completion_and_list_models(grpc_engine: GrpcEngine) -> None:
+    async with grpc_rig(engine=grpc_engine) as rig:
         request = pb.CompletionRequest(model=MODEL, prompt_text="once upon", max_tokens=3)
         chunks = [chunk async for chunk in rig.stub.Completion(request)]
         models = await rig.stub.ListModels(pb.ListModelsRequest())
@@ -54,8 +54,8 @@ async def _status_of(call: grpc.aio.UnaryStreamCall) -> grpc.aio.AioRpcError:
     return caught.value
 
 
-async def test_invalid_request_and_unknown_model() -> None:
-    async with grpc_rig() as rig:
+async def test_invalid_request_and_unknown_model(grpc_engine: GrpcEngine) -> None:
+    async with grpc_rig(engine=grpc_engine) as rig:
         invalid = await _status_of(rig.stub.ChatCompletion(pb.ChatCompletionRequest(model=MODEL)))
         unknown = await _status_of(rig.stub.ChatCompletion(chat(model="no-such-model")))
     assert invalid.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -72,9 +72,9 @@ async def test_invalid_request_and_unknown_model() -> None:
     ],
 )
 async def test_backend_refusals_map_to_status(
-    faults: FaultConfig, expected: grpc.StatusCode
+    faults: FaultConfig, expected: grpc.StatusCode, grpc_engine: GrpcEngine
 ) -> None:
-    async with grpc_rig(faults) as rig:
+    async with grpc_rig(faults, engine=grpc_engine) as rig:
         error = await _status_of(rig.stub.ChatCompletion(chat()))
     assert error.code() is expected
     trailing = error.trailing_metadata() or ()
@@ -83,8 +83,8 @@ async def test_backend_refusals_map_to_status(
         assert retry_delay_s(decode_status_details(tuple(trailing))) == pytest.approx(2.5)
 
 
-async def test_mid_stream_failure_ends_with_non_ok_status() -> None:
-    async with grpc_rig(FaultConfig(die_rate=1.0, die_after_tokens=3)) as rig:
+async def test_mid_stream_failure_ends_with_non_ok_status(grpc_engine: GrpcEngine) -> None:
+    async with grpc_rig(FaultConfig(die_rate=1.0, die_after_tokens=3), engine=grpc_engine) as rig:
         call = rig.stub.ChatCompletion(chat(max_tokens=50))
         received: list[pb.ChatCompletionChunk] = []
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -94,8 +94,8 @@ async def test_mid_stream_failure_ends_with_non_ok_status() -> None:
     assert 1 <= len(received) <= 4
 
 
-async def test_client_cancel_cancels_upstream() -> None:
-    async with grpc_rig() as rig:
+async def test_client_cancel_cancels_upstream(grpc_engine: GrpcEngine) -> None:
+    async with grpc_rig(engine=grpc_engine) as rig:
         call = rig.stub.ChatCompletion(chat(max_tokens=2000))
         async for _ in call:
             break  # one chunk in: the backend is decoding
@@ -105,19 +105,21 @@ async def test_client_cancel_cancels_upstream() -> None:
         assert rig.emulator.stats.completed == 0
 
 
-async def test_client_deadline_bounds_the_request_and_cancels_upstream() -> None:
-    async with grpc_rig(FaultConfig(stall_rate=1.0, stall_ms=5_000)) as rig:
+async def test_client_deadline_bounds_the_request_and_cancels_upstream(
+    grpc_engine: GrpcEngine,
+) -> None:
+    async with grpc_rig(FaultConfig(stall_rate=1.0, stall_ms=5_000), engine=grpc_engine) as rig:
         error = await _status_of(rig.stub.ChatCompletion(chat(), timeout=0.3))
         assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
         # Within the 5 s stall: a request left running would reach its first token after it.
         assert await wait_until(lambda: rig.emulator.stats.cancelled == 1, 4.0)
 
 
-async def test_message_size_limits() -> None:
+async def test_message_size_limits(grpc_engine: GrpcEngine) -> None:
     config = GrpcServerConfig(
         max_receive_message_bytes=64 * 1024, limits=ServicerLimits(max_body_bytes=8 * 1024)
     )
-    async with grpc_rig(config=config) as rig:
+    async with grpc_rig(config=config, engine=grpc_engine) as rig:
         too_big = await _status_of(rig.stub.ChatCompletion(chat("x" * 100_000)))
         body_too_big = await _status_of(rig.stub.ChatCompletion(chat("x" * 10_000)))
     assert too_big.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -126,8 +128,10 @@ async def test_message_size_limits() -> None:
     assert "limit" in (body_too_big.details() or "")
 
 
-async def test_health_reports_serving_then_not_serving_while_draining() -> None:
-    async with grpc_rig() as rig:
+async def test_health_reports_serving_then_not_serving_while_draining(
+    grpc_engine: GrpcEngine,
+) -> None:
+    async with grpc_rig(engine=grpc_engine) as rig:
         health = health_pb2_grpc.HealthStub(rig.channel)
         for service in ("", "meridian.v1.Inference"):
             reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
@@ -138,8 +142,8 @@ async def test_health_reports_serving_then_not_serving_while_draining() -> None:
             assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-async def test_reflection_lists_and_describes_the_service() -> None:
-    async with grpc_rig() as rig:
+async def test_reflection_lists_and_describes_the_service(grpc_engine: GrpcEngine) -> None:
+    async with grpc_rig(engine=grpc_engine) as rig:
         reflection = reflection_pb2_grpc.ServerReflectionStub(rig.channel)
         requests = [
             reflection_pb2.ServerReflectionRequest(list_services=""),
@@ -163,9 +167,9 @@ class _FailingBackend:
         return []
 
 
-async def test_backend_bug_is_internal_without_details() -> None:
+async def test_backend_bug_is_internal_without_details(grpc_engine: GrpcEngine) -> None:
     async with (
-        serving_grpc(_FailingBackend()) as server,
+        serving_grpc(_FailingBackend(), GrpcServerConfig(engine=grpc_engine)) as server,
         grpc.aio.insecure_channel(server.target) as channel,
     ):
         error = await _status_of(inference_stub(channel).ChatCompletion(chat()))

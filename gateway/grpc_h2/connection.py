@@ -1,0 +1,250 @@
+"""One client connection of the h2 engine: an ``asyncio.Protocol`` over an ``h2`` connection.
+
+h2 does the HTTP/2 state machine with no I/O; this class feeds it the socket's bytes, turns
+its events into calls (:mod:`gateway.grpc_h2.call`) and writes what it has to send. Writes are
+coalesced per loop iteration (one ``transport.write`` for everything the calls produced in it:
+a call's HEADERS and first DATA leave together). Outbound DATA respects the peer's stream and
+connection windows and the transport's own back-pressure (``pause_writing``); inbound DATA is
+acknowledged once its messages are read (:meth:`Call.received`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from gateway.grpc_h2.call import Call, Cancel
+from gateway.grpc_h2.wire import RESPONSE_HEADERS, Header, WireError, call_headers, status_headers
+
+if TYPE_CHECKING:
+    from gateway.grpc_h2.server import H2GrpcServer
+
+log = logging.getLogger("meridian.grpc")
+
+_H2_CONFIG = h2.config.H2Configuration(client_side=False, header_encoding=None)
+
+
+def peer_string(peername: Any) -> str:
+    """grpc's peer format: ``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``."""
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        host, port = peername[0], peername[1]
+        return f"ipv6:[{host}]:{port}" if ":" in str(host) else f"ipv4:{host}:{port}"
+    return f"unix:{peername}" if peername else ""
+
+
+class GrpcConnection(asyncio.Protocol):
+    def __init__(self, server: H2GrpcServer) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.loop = asyncio.get_running_loop()
+        self.h2 = h2.connection.H2Connection(_H2_CONFIG)
+        self.calls: dict[int, Call] = {}
+        self.peer = ""
+        self.transport: asyncio.Transport | None = None
+        self._flush_pending = False
+        self._paused = False
+        self._handshake: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.peer = peer_string(self.transport.get_extra_info("peername"))
+        self.h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.limits.max_concurrent_streams,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.h2.DEFAULT_MAX_HEADER_LIST_SIZE,
+            },
+        )
+        self.h2.initiate_connection()
+        self._write()
+        self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._no_handshake)
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as err:
+            log.info("gRPC (h2) connection from %s broke the protocol: %s", self.peer, err)
+            self._write()  # h2's GOAWAY
+            self.close()
+            return
+        for event in events:
+            if isinstance(event, h2.events.DataReceived):
+                self._on_data(event)
+            elif isinstance(event, h2.events.RequestReceived):
+                self._on_request(event)
+            elif isinstance(event, h2.events.StreamEnded):
+                call = self.calls.get(event.stream_id)
+                if call is not None:
+                    call.request_ended()
+            elif isinstance(event, h2.events.StreamReset):
+                call = self.calls.pop(event.stream_id, None)
+                if call is not None:
+                    call.cancel(Cancel.RESET)
+            elif isinstance(event, h2.events.WindowUpdated):
+                self._wake_writers(event.stream_id)
+            elif isinstance(event, h2.events.RemoteSettingsChanged):
+                if self._handshake is not None:
+                    self._handshake.cancel()
+                    self._handshake = None
+                self._wake_writers(0)  # INITIAL_WINDOW_SIZE may have grown every window
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.close()
+        self._write()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake is not None:
+            self._handshake.cancel()
+        for call in list(self.calls.values()):
+            call.cancel(Cancel.LOST)
+        self.calls.clear()
+        self.transport = None
+        self.server.connections.discard(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writers(0)
+
+    # -- inbound ------------------------------------------------------------------------------
+
+    def _on_request(self, event: h2.events.RequestReceived) -> None:
+        stream_id = event.stream_id
+        ended = event.stream_ended is not None
+        if self.server.stopping:
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        try:
+            headers = call_headers(event.headers or ())
+            handler = self.server.method(headers.path)
+            if handler is None:
+                raise WireError(grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {headers.path}")
+        except WireError as err:
+            status = status_headers(err.code, err.details, ())
+            self.h2.send_headers(stream_id, [*RESPONSE_HEADERS, *status], end_stream=True)
+            if not ended:
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+            return
+        call = Call(self, stream_id, handler, headers, self.limits)
+        self.calls[stream_id] = call
+        if ended:
+            call.request_ended()
+        call.start()
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        call = self.calls.get(event.stream_id)
+        if call is None:  # a call that already ended: its bytes are dropped, its window kept
+            self.acknowledge(event.stream_id, event.flow_controlled_length)
+            return
+        call.received(event.data or b"", event.flow_controlled_length)
+
+    def acknowledge(self, stream_id: int, size: int) -> None:
+        if size:
+            try:
+                self.h2.acknowledge_received_data(size, stream_id)
+            except h2.exceptions.StreamClosedError:
+                self.h2.acknowledge_received_data(size, 0)  # the connection's window only
+            self._schedule_write()
+
+    # -- outbound (for calls) -----------------------------------------------------------------
+
+    def send_headers(self, stream_id: int, headers: list[Header]) -> None:
+        self.h2.send_headers(stream_id, headers)
+        self._schedule_write()
+
+    async def send_data(self, call: Call, data: bytes) -> None:
+        """All of ``data`` within the peer's windows, waiting (bounded) while they are shut."""
+        h2conn, stream_id = self.h2, call.stream_id
+        while True:
+            if self.transport is None:
+                raise ConnectionError("the gRPC connection is closed")
+            if self._paused:
+                await call.wait_writable()
+                continue
+            size = min(h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size)
+            if len(data) <= size:
+                h2conn.send_data(stream_id, data)
+                break
+            if size > 0:
+                h2conn.send_data(stream_id, data[:size])
+                data = data[size:]
+            self._schedule_write()
+            await call.wait_writable()
+        self._schedule_write()
+
+    def end_call(self, call: Call, headers: list[Header], reset: bool) -> None:
+        """The call's status (trailers, or the whole trailers-only response)."""
+        self._forget(call)
+        if self.transport is None:
+            return
+        try:
+            self.h2.send_headers(call.stream_id, headers, end_stream=True)
+            if reset:  # the client is still sending: tell it to stop (gRPC's NO_ERROR reset)
+                self.h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        except h2.exceptions.StreamClosedError:
+            pass  # reset by the client meanwhile
+        self._schedule_write()
+
+    def drop_call(self, call: Call, reset: bool) -> None:
+        self._forget(call)
+        if reset and self.transport is not None:
+            with contextlib.suppress(h2.exceptions.StreamClosedError):
+                self.h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.CANCEL)
+            self._schedule_write()
+
+    def _forget(self, call: Call) -> None:
+        if self.calls.get(call.stream_id) is call:
+            del self.calls[call.stream_id]
+        self.server.call_ended()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _schedule_write(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self._write)
+
+    def _write(self) -> None:
+        self._flush_pending = False
+        data = self.h2.data_to_send()
+        if data and self.transport is not None:
+            self.transport.write(data)
+            self.server.transport_writes += 1
+
+    def _wake_writers(self, stream_id: int) -> None:
+        if stream_id:
+            call = self.calls.get(stream_id)
+            if call is not None:
+                call.wake()
+        else:
+            for call in self.calls.values():
+                call.wake()
+
+    def _no_handshake(self) -> None:
+        self._handshake = None
+        log.info("gRPC (h2) connection from %s sent no HTTP/2 preface in time", self.peer)
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def goaway(self) -> None:
+        """Tell the client the connection is closing (after every call has ended)."""
+        if self.transport is not None:
+            self.h2.close_connection()
+            self._write()

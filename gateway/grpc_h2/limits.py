@@ -1,0 +1,24 @@
+"""The h2 engine's bounds: message sizes (as grpc.aio's channel options), and how long a client
+may keep a call waiting on its own bytes (every read of the client and every wait for its
+flow-control window has a timeout, so a silent client cannot hold a task or an upstream)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class H2Limits:
+    max_receive_message_bytes: int = 4 * MiB
+    max_send_message_bytes: int = 16 * MiB
+    # The client's next request bytes (a unary request's message, a streaming request's next
+    # message) must come within this; else the call ends CANCELLED.
+    read_timeout_s: float = 30.0
+    # A response blocked by the client's flow-control window or a full socket buffer for
+    # this long is reset (RST_STREAM CANCEL): the client stopped reading.
+    write_stall_timeout_s: float = 60.0
+    # A connection must send the HTTP/2 preface and its SETTINGS within this.
+    handshake_timeout_s: float = 10.0
+    max_concurrent_streams: int = 1000

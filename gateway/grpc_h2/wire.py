@@ -1,0 +1,172 @@
+"""gRPC over HTTP/2, the parts with no I/O: message framing, ``grpc-timeout``, status and
+metadata as header blocks, as the protocol spells them
+(https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md).
+
+Everything here is a pure function or a small buffer object, so the engine's connection code
+only moves bytes between h2 and these.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+PREFIX = struct.Struct(">BI")  # compressed flag, message length
+CONTENT_TYPE = b"application/grpc"
+RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", CONTENT_TYPE))
+# Request headers that are transport, not call metadata (never shown to the servicer).
+_TRANSPORT_KEYS = frozenset(
+    {b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
+)
+_TIMEOUT_UNITS = {
+    ord("H"): 3600.0,
+    ord("M"): 60.0,
+    ord("S"): 1.0,
+    ord("m"): 1e-3,
+    ord("u"): 1e-6,
+    ord("n"): 1e-9,
+}
+# grpc-message: percent-encode everything outside printable ASCII, and '%' itself.
+_UNRESERVED = frozenset(range(0x20, 0x7F)) - {ord("%")}
+
+Header = tuple[bytes, bytes]
+Metadata = tuple[tuple[str, str | bytes], ...]
+
+
+class WireError(Exception):
+    """A call that must end with this status (the client's bytes broke a protocol rule)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def frame(message: bytes) -> bytes:
+    """One length-prefixed, uncompressed message."""
+    return PREFIX.pack(0, len(message)) + message
+
+
+class MessageReader:
+    """Splits a stream's DATA into length-prefixed messages. A message over ``max_bytes`` is
+    refused as soon as its prefix arrives, before its body is held."""
+
+    __slots__ = ("_buffer", "max_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._buffer = b""
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of a message not yet complete are held."""
+        return bool(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buffer = self._buffer + data if self._buffer else data
+        messages: list[bytes] = []
+        offset = 0
+        while len(buffer) - offset >= PREFIX.size:
+            compressed, length = PREFIX.unpack_from(buffer, offset)
+            if compressed:
+                # We never advertise an encoding (grpc-accept-encoding), so a client may not
+                # compress: the protocol's answer is UNIMPLEMENTED.
+                raise WireError(
+                    grpc.StatusCode.UNIMPLEMENTED, "compressed messages are not accepted"
+                )
+            if length > self.max_bytes:
+                raise WireError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({length} vs. {self.max_bytes})",
+                )
+            end = offset + PREFIX.size + length
+            if end > len(buffer):
+                break
+            messages.append(buffer[offset + PREFIX.size : end])
+            offset = end
+        self._buffer = buffer[offset:]
+        return messages
+
+
+def parse_timeout(value: bytes) -> float:
+    """``grpc-timeout`` (1-8 digits and a unit) in seconds; WireError if malformed."""
+    digits = value[:-1]
+    unit = _TIMEOUT_UNITS.get(value[-1]) if value else None
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        raise WireError(grpc.StatusCode.INVALID_ARGUMENT, "malformed grpc-timeout header")
+    return int(digits) * unit
+
+
+def percent_encoded(details: str) -> bytes:
+    raw = details.encode()
+    if all(byte in _UNRESERVED for byte in raw):
+        return raw
+    return b"".join(bytes((byte,)) if byte in _UNRESERVED else b"%%%02X" % byte for byte in raw)
+
+
+def metadata_headers(metadata: Iterable[tuple[str, str | bytes]]) -> list[Header]:
+    """Call metadata as header fields: ``-bin`` values base64 (unpadded, as gRPC sends them)."""
+    headers: list[Header] = []
+    for key, value in metadata:
+        name = key.lower().encode("ascii")
+        if name.endswith(b"-bin"):
+            raw = value if isinstance(value, bytes) else value.encode()
+            headers.append((name, base64.b64encode(raw).rstrip(b"=")))
+        else:
+            headers.append((name, value if isinstance(value, bytes) else value.encode("ascii")))
+    return headers
+
+
+def status_headers(code: grpc.StatusCode, details: str, metadata: Metadata) -> list[Header]:
+    headers = [(b"grpc-status", str(code.value[0]).encode())]
+    if details:
+        headers.append((b"grpc-message", percent_encoded(details)))
+    headers.extend(metadata_headers(metadata))
+    return headers
+
+
+@dataclass(frozen=True, slots=True)
+class CallHeaders:
+    """What a request's HEADERS say: the method, the client's timeout and its metadata."""
+
+    path: str
+    timeout_s: float | None
+    metadata: Metadata
+
+
+def call_headers(headers: Iterable[Header]) -> CallHeaders:
+    """Read a request's header block; WireError when it is not a gRPC call."""
+    path = b""
+    method = content_type = b""
+    timeout_s: float | None = None
+    metadata: list[tuple[str, str | bytes]] = []
+    for name, value in headers:
+        if name.startswith(b":"):
+            if name == b":path":
+                path = value
+            elif name == b":method":
+                method = value
+        elif name in _TRANSPORT_KEYS:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"grpc-timeout":
+                timeout_s = parse_timeout(value)
+        elif name.endswith(b"-bin"):
+            metadata.append((name.decode("ascii"), _unbase64(value)))
+        else:
+            metadata.append((name.decode("ascii"), value.decode("latin-1")))
+    if method != b"POST" or not content_type.startswith(CONTENT_TYPE):
+        raise WireError(grpc.StatusCode.UNIMPLEMENTED, "not a gRPC request (POST application/grpc)")
+    return CallHeaders(path.decode("ascii", "replace"), timeout_s, tuple(metadata))
+
+
+def _unbase64(value: bytes) -> bytes:
+    try:
+        return base64.b64decode(value + b"=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        raise WireError(grpc.StatusCode.INTERNAL, "malformed binary metadata value") from None
