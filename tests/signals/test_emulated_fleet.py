@@ -16,6 +16,7 @@ from gateway.signals.targets import BackendTarget, Engine
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from routing.types import BackendKind, BackendSpec
+from tests.servers import settle
 
 
 @pytest.fixture
@@ -89,15 +90,20 @@ async def test_canary_separates_the_cold_start_from_warm_ttft(emulator):
     warm = await emulator(name="dedicated", rtt_ms=20.0)
     config = SignalsConfig.model_validate({"probes": {"canary": {"enabled": True}}})
     hub = SignalHub([as_target(cold, keep_warm=True), as_target(warm)], config)
+    warm_call_ms: dict[str, float] = {}
     for target in (as_target(cold, keep_warm=True), as_target(warm)):
         await hub.prober.canary_once(target)
+        started = time.monotonic()
         await hub.prober.canary_once(target)
+        warm_call_ms[target.name] = (time.monotonic() - started) * 1000.0
     await hub.stop()
     serverless, dedicated = hub.prober.summary("serverless"), hub.prober.summary("dedicated")
     assert serverless is not None and dedicated is not None
     assert len(serverless.cold_starts) == 1  # the first canary woke it up
     assert serverless.cold_starts[0].ttft_ms >= 400.0
-    assert serverless.warm_ttft_ms is not None and serverless.warm_ttft_ms < 200.0
+    # warm TTFT is the second canary's alone, however slow the machine made that call
+    assert serverless.warm_ttft_ms is not None
+    assert serverless.warm_ttft_ms <= warm_call_ms["serverless"]
     assert dedicated.warm_ttft_ms is not None and dedicated.warm_ttft_ms >= 20.0  # its RTT
     assert dedicated.cold_starts == ()
     assert hub.snapshot().backends["serverless"].last_traffic_at is not None
@@ -126,19 +132,19 @@ async def test_a_failing_backend_is_ejected_and_readmitted_on_schedule(emulator)
         for _ in range(3):
             hub.on_request_start("bad")
             status = await chat(session, bad, max_tokens=1)
+            failed_at = time.monotonic()  # the hub's clock: the third failure ejects
             hub.on_request_end("bad", ok=status < 500, failure=FailureKind.SERVER_ERROR)
-        ejected_at = time.monotonic()
+        booked_at = time.monotonic()
         state = hub.snapshot().backends["bad"]
         assert not state.healthy and state.ejected_until is not None
+        # on schedule in the hub's own clock: base_ejection_s from the failure that ejected
+        # (the wall time around it is the machine's, so no bound is put on that)
+        assert failed_at + 0.3 <= state.ejected_until <= booked_at + 0.3
         bad.set_faults(FaultConfig())
-        for _ in range(100):
-            if hub.snapshot().backends["bad"].healthy:
-                break
-            await asyncio.sleep(0.02)
-        readmitted_after = time.monotonic() - ejected_at
+        await settle(lambda: hub.snapshot().backends["bad"].healthy)
+        assert time.monotonic() >= state.ejected_until  # never readmitted early
         hub.on_request_start("bad")
         assert await chat(session, bad, max_tokens=1) == 200
         hub.on_request_end("bad", ok=True)
     await hub.stop()
-    assert 0.25 <= readmitted_after < 1.0
     assert hub.outlier.ejection_count("bad") == 1

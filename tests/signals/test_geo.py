@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 from gateway.signals.forwarded import client_address, parse_ip, parse_networks
 from gateway.signals.geo import GeoConfig, GeoLocator, GeoSource, RegionLocation
 from gateway.signals.geo_model import RttModel, great_circle_km
+from tests.servers import settle
 from tests.signals.geo_fixtures import (
     AP_CLIENT,
     EU_CLIENT,
@@ -148,11 +148,7 @@ async def test_background_task_loads_and_reloads_a_changed_database(tmp_path):
     assert geo.locate(AP_CLIENT, None).source is GeoSource.DEFAULT
     write_city_db(path, [FRANKFURT, FixtureNetwork("203.0.113.0/24", "JP", "AS", 35.68, 139.69)])
     os.utime(path, (1e9, 2e9))  # make sure the mtime differs even on coarse clocks
-    for _ in range(100):
-        if geo.locate(AP_CLIENT, None).origin == "ap-northeast":
-            break
-        await asyncio.sleep(0.02)
-    assert geo.locate(AP_CLIENT, None).origin == "ap-northeast"
+    await settle(lambda: geo.locate(AP_CLIENT, None).origin == "ap-northeast")
     await geo.stop()
     assert not geo.has_database
 
