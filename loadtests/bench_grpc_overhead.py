@@ -4,7 +4,7 @@ gateway's HTTP door, and over gRPC through a bare gRPC door to the backend, ``di
 ``loadtests/grpc_direct.py``), side by side in one run.
 
     python -m loadtests.bench_grpc_overhead [--requests N] [--rounds R] [--concurrency C]
-        [--max-tokens T] [--src before=DIR ...] [--out DIR]
+        [--max-tokens T] [--grpc-engine grpcio|h2 ...] [--src before=DIR ...] [--out DIR]
 
 Four processes: the emulator (``meridian emulate``), the gateway (``meridian serve`` with a gRPC
 port), the bare gRPC door and this client. The sides alternate ``--rounds`` times so machine noise hits them
@@ -19,6 +19,12 @@ Latency at c=16 on a shared machine swings between identical runs; the gateway's
 HTTP CPU ratio as well. Its added TTFT ratio is given twice: each door over direct_http (the
 issue's goal), and each door over its own protocol's direct side (gRPC over direct_grpc), which
 leaves out the gRPC machinery of the client and of any gRPC server.
+
+``--grpc-engine`` (repeatable; default both): the gRPC engine of this checkout's gateway
+(``listen.grpc_engine``). ``grpcio`` is the side ``gateway`` (over ``direct_grpc``, a grpc.aio
+bare door); ``h2`` is ``gateway_h2`` (over ``direct_grpc_h2``, an h2 bare door), each its own
+gateway process with its own HTTP door, all interleaved in every round. ``--src`` gateways run
+grpcio (their code may predate the h2 engine). The load average is taken before every round.
 """
 
 from __future__ import annotations
@@ -64,6 +70,9 @@ ENGINE = {
 }
 PROMPT = "Summarise the route a request takes through a multi-region gateway. " * 4
 MAX_TOKENS = 8
+ENGINES = ("grpcio", "h2")
+GATEWAY_NAME = {"grpcio": "gateway", "h2": "gateway_h2"}  # side names: NAME_http, NAME_grpc
+DIRECT_GRPC = {"grpcio": "direct_grpc", "h2": "direct_grpc_h2"}
 
 Measure = Callable[[], Awaitable[float]]  # one request; returns its TTFT in seconds
 
@@ -201,12 +210,16 @@ async def measure(
     rounds: int,
     sources: dict[str, str] | None = None,
     max_tokens: int = MAX_TOKENS,
+    engines: tuple[str, ...] = ENGINES,
+    loads: dict[int, list[float]] | None = None,
 ) -> dict[int, dict[str, Side]]:
-    """Per concurrency, per side: the pooled samples of every round (sides interleaved)."""
+    """Per concurrency, per side: the pooled samples of every round (sides interleaved).
+    ``loads`` gets each level's 1-minute load average before each round."""
     levels: dict[int, dict[str, Side]] = {}
-    names = ["gateway", *(sources or {})]
-    envs: dict[str, dict[str, str] | None] = {"gateway": None}
-    envs.update({name: _env(src) for name, src in (sources or {}).items()})
+    gateways: dict[str, tuple[str, dict[str, str] | None]] = {
+        GATEWAY_NAME[engine]: (engine, None) for engine in engines
+    }
+    gateways.update({name: ("grpcio", _env(src)) for name, src in (sources or {}).items()})
     async with contextlib.AsyncExitStack() as stack:
         backend_url, _ = await stack.enter_async_context(
             emulated_backend("grpc-overhead", MODEL, ENGINE)
@@ -215,20 +228,23 @@ async def measure(
         session = await stack.enter_async_context(
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         )
-        direct_target, direct_pid = await stack.enter_async_context(direct_grpc_server(backend_url))
-        direct_channel = await stack.enter_async_context(grpc.aio.insecure_channel(direct_target))
-        measures = {
-            "direct_http": http_measure(session, backend_url, max_tokens),
-            "direct_grpc": grpc_measure(inference_stub(direct_channel), max_tokens),
-        }
-        pids: dict[str, int | None] = {"direct_http": None, "direct_grpc": direct_pid}
-        for name in names:
+        measures = {"direct_http": http_measure(session, backend_url, max_tokens)}
+        pids: dict[str, int | None] = {"direct_http": None}
+        for engine in dict.fromkeys(("grpcio", *engines)):  # grpcio's: --src's baseline too
+            target, direct_pid = await stack.enter_async_context(
+                direct_grpc_server(backend_url, engine)
+            )
+            direct_channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
+            side = DIRECT_GRPC[engine]
+            measures[side] = grpc_measure(inference_stub(direct_channel), max_tokens)
+            pids[side] = direct_pid
+        for name, (engine, env) in gateways.items():
             grpc_port = _free_port()
-            config = {
-                "listen": {"host": "127.0.0.1", "grpc_port": grpc_port},
-                "backends": [{**backend, "max_connections": 4096}],
-            }
-            url, pid = await stack.enter_async_context(gateway(config, 1, envs[name]))
+            listen = {"host": "127.0.0.1", "grpc_port": grpc_port}
+            if engine != "grpcio":  # a --src gateway's config may not know the field
+                listen["grpc_engine"] = engine
+            config = {"listen": listen, "backends": [{**backend, "max_connections": 4096}]}
+            url, pid = await stack.enter_async_context(gateway(config, 1, env))
             channel = await stack.enter_async_context(
                 grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
             )
@@ -240,6 +256,8 @@ async def measure(
                 await run_closed_loop(side_measure, concurrency * 2, concurrency)
             pooled = {side: Samples([]) for side in measures}
             for _ in range(rounds):
+                if loads is not None:
+                    loads.setdefault(concurrency, []).append(os.getloadavg()[0])
                 for side, side_measure in measures.items():
                     side_pid = pids[side]
                     gateway_cpu = tree_cpu_s(side_pid) if side_pid is not None else 0.0
@@ -278,24 +296,45 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=DIR",
         help="also a gateway running the code in checkout DIR, both doors, in every round",
     )
+    parser.add_argument(
+        "--grpc-engine",
+        action="append",
+        choices=ENGINES,
+        help="the gateway's gRPC engine; repeatable (default: both, interleaved)",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     sources = {name: src for name, _, src in (s.partition("=") for s in args.src)}
     import uvloop
 
+    engines = tuple(dict.fromkeys(args.grpc_engine or ENGINES))
+    loads: dict[int, list[float]] = {}
     levels = uvloop.run(
-        measure(args.concurrency or [1, 16], args.requests, args.rounds, sources, args.max_tokens)
+        measure(
+            args.concurrency or [1, 16],
+            args.requests,
+            args.rounds,
+            sources,
+            args.max_tokens,
+            engines,
+            loads,
+        )
     )
     print(format_table(levels))
+    for concurrency, level_loads in loads.items():
+        each = ", ".join(f"{load:.2f}" for load in level_loads)
+        print(f"c={concurrency}: 1-minute load average before each round: {each}")
     payload = {
         "benchmark": "grpc_overhead",
         "engine": ENGINE,
         "max_tokens": args.max_tokens,
         "rounds": args.rounds,
         "src": sources,
+        "grpc_engines": list(engines),
         "levels": [
             {
                 "concurrency": concurrency,
+                "load_average_by_round": loads.get(concurrency, []),
                 **{side: asdict(s) for side, s in level.items()},
                 "added_ms": {
                     side: {

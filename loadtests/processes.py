@@ -99,10 +99,13 @@ async def mock_backend(
 
 
 @contextlib.asynccontextmanager
-async def direct_grpc_server(backend_url: str) -> AsyncIterator[tuple[str, int]]:
-    """One ``python -m loadtests.grpc_direct`` process (a bare gRPC door to ``backend_url``);
-    yields (gRPC target ``host:port``, pid)."""
+async def direct_grpc_server(
+    backend_url: str, engine: str = "grpcio"
+) -> AsyncIterator[tuple[str, int]]:
+    """One ``python -m loadtests.grpc_direct`` process (a bare gRPC door to ``backend_url``,
+    served by ``engine``); yields (gRPC target ``host:port``, pid)."""
     argv = [sys.executable, "-m", "loadtests.grpc_direct", "--backend-url", backend_url]
+    argv += ["--engine", engine]
     async with _process(argv) as process:
         yield await _ready_url(process), process.pid
 

@@ -136,8 +136,9 @@ class GrpcConnection(asyncio.Protocol):
         except WireError as err:
             status = status_headers(err.code, err.details, ())
             self.h2.send_headers(stream_id, [*RESPONSE_HEADERS, *status], end_stream=True)
-            if not ended:
-                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+            if not ended:  # unless its END_STREAM is already in this read: then it is closed
+                with contextlib.suppress(h2.exceptions.StreamClosedError):
+                    self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
             return
         call = Call(self, stream_id, handler, headers, self.limits)
         self.calls[stream_id] = call

@@ -56,16 +56,22 @@ def door_ratios(
     out: dict[str, dict[str, float | None]] = {}
     rounds: RoundRatios = {}
     for side in level:
-        if not side.endswith("_grpc") or side == "direct_grpc":
+        if not side.endswith("_grpc") or side.startswith("direct_"):
             continue
         name = side.removesuffix("_grpc")
+        # The same-protocol baseline: the bare door of the same engine (gateway_h2: h2's).
+        direct_grpc = (
+            "direct_grpc_h2"
+            if name.endswith("_h2") and "direct_grpc_h2" in level
+            else "direct_grpc"
+        )
         grpc_side, http_side = level[side], level[f"{name}_http"]
         ratios: dict[str, float | None] = {}
         for pct in ("p50", "p99"):
             field = f"ttft_{pct}_ms"
             over_http = added_ms(level, f"{name}_http", field)
             ratios[f"added_ttft_{pct}"] = _ratio(added_ms(level, side, field), over_http)
-            same = added_ms(level, side, field, "direct_grpc")
+            same = added_ms(level, side, field, direct_grpc)
             ratios[f"added_ttft_{pct}_same_protocol"] = _ratio(same, over_http)
         ratios["gateway_cpu"] = _ratio(grpc_side.gateway_cpu_us, http_side.gateway_cpu_us)
         out[name] = ratios

@@ -39,3 +39,19 @@ def test_a_round_with_no_added_http_ttft_has_no_ratio() -> None:
     assert ratios["gateway"]["added_ttft_p50_round_median"] == pytest.approx(2.0)
     table = format_table({16: level})
     assert "gateway grpc/http" in table and "by round: -, 2.00 (median 2.00x)" in table
+
+
+def test_the_h2_gateway_is_compared_with_the_h2_bare_door() -> None:
+    level = {
+        **LEVEL,
+        "direct_grpc_h2": _side(31.0, 41.0, 1000.0, (31.0, 32.0)),
+        "gateway_h2_http": _side(35.0, 50.0, 2000.0, (35.0, 33.0)),
+        "gateway_h2_grpc": _side(37.0, 52.0, 2400.0, (36.0, 34.0)),
+    }
+    ratios, _ = door_ratios(level)
+    assert set(ratios) == {"gateway", "gateway_h2"}  # both bare doors are baselines
+    h2 = ratios["gateway_h2"]
+    assert h2["added_ttft_p50"] == pytest.approx(7.0 / 5.0)
+    assert h2["added_ttft_p50_same_protocol"] == pytest.approx(6.0 / 5.0)  # over direct_grpc_h2
+    assert ratios["gateway"]["added_ttft_p50_same_protocol"] == pytest.approx(8.0 / 5.0)
+    assert h2["gateway_cpu"] == pytest.approx(1.2)

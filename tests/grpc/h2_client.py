@@ -1,0 +1,137 @@
+"""A raw HTTP/2 client (h2 over a real loopback socket) for what the grpcio client cannot show:
+which frames the h2 engine sends, in which writes, against a client that misbehaves (resets,
+never sends its request, stops reading). Every read is bounded (``hang_bound``)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+
+from gateway.lifecycle.seam import (
+    BackendEvent,
+    BackendRequest,
+    ModelEntry,
+    StreamChunk,
+    StreamEnded,
+    StreamOpened,
+)
+from tests.servers import hang_bound
+
+CHAT_PATH = b"/meridian.v1.Inference/ChatCompletion"
+
+
+def grpc_frame(message: bytes) -> bytes:
+    return struct.pack(">BI", 0, len(message)) + message
+
+
+def request_headers(path: bytes = CHAT_PATH, *extra: tuple[bytes, bytes]) -> list[Any]:
+    return [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", path),
+        (b":authority", b"127.0.0.1"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        *extra,
+    ]
+
+
+@dataclass
+class RawClient:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    h2: h2.connection.H2Connection
+    events: list[Any] = field(default_factory=list)
+    acknowledge: bool = True  # give the server its window back as data arrives
+
+    @classmethod
+    async def connect(cls, port: int, initial_window: int | None = None) -> RawClient:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        conn.initiate_connection()
+        if initial_window is not None:
+            conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: initial_window})
+        client = cls(reader, writer, conn)
+        client.flush()
+        # The handshake is over when the server's SETTINGS came and it acknowledged ours.
+        await client.until(lambda: client.seen(h2.events.SettingsAcknowledged))
+        await client.until(lambda: client.seen(h2.events.RemoteSettingsChanged))
+        return client
+
+    def flush(self) -> None:
+        self.writer.write(self.h2.data_to_send())
+
+    def seen(self, kind: type, stream_id: int | None = None) -> bool:
+        return any(
+            isinstance(e, kind) and (stream_id is None or getattr(e, "stream_id", 0) == stream_id)
+            for e in self.events
+        )
+
+    async def until(self, done: Callable[[], bool], within_s: float = 10.0) -> None:
+        async with asyncio.timeout(hang_bound(within_s)):
+            while not done():
+                data = await self.reader.read(65536)
+                if not data:
+                    raise ConnectionError("the server closed the connection")
+                for event in self.h2.receive_data(data):
+                    self.events.append(event)
+                    if isinstance(event, h2.events.DataReceived) and self.acknowledge:
+                        self.h2.acknowledge_received_data(
+                            event.flow_controlled_length, event.stream_id
+                        )
+                self.flush()
+
+    def data(self, stream_id: int) -> bytes:
+        return b"".join(
+            e.data
+            for e in self.events
+            if isinstance(e, h2.events.DataReceived) and e.stream_id == stream_id
+        )
+
+    def header_blocks(self, stream_id: int) -> list[dict[bytes, bytes]]:
+        kinds = (h2.events.ResponseReceived, h2.events.TrailersReceived)
+        return [
+            dict(e.headers)
+            for e in self.events
+            if isinstance(e, kinds) and e.stream_id == stream_id
+        ]
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+class GatedBackend:
+    """Streams ``StreamOpened`` and ``chunks[0]`` at once, the rest after ``gate`` is set (never,
+    unless a test sets it); records whether its stream was closed (the upstream cancelled)."""
+
+    def __init__(self, *chunks: dict[str, Any]) -> None:
+        self.chunks = chunks
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+        self.closed = False
+
+    async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
+        self.started.set()
+        try:
+            yield StreamOpened((("x-meridian-route", "backend=scripted"),))
+            yield StreamChunk(dict(self.chunks[0]))
+            await self.gate.wait()
+            for chunk in self.chunks[1:]:
+                yield StreamChunk(dict(chunk))
+            yield StreamEnded((("x-meridian-timing", "{}"),))
+        finally:
+            self.closed = True
+
+    async def list_models(self) -> Sequence[ModelEntry]:
+        return []

@@ -1,0 +1,216 @@
+"""What only the h2 engine (gateway/grpc_h2) can be asked, seen with a raw HTTP/2 client: the
+frames and writes it sends, and how it treats clients that reset, stall or never send."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+import h2.errors
+import h2.events
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gateway.grpc.server import GrpcServerConfig, RunningGrpcServer, serving_grpc
+from gateway.grpc_h2.limits import H2Limits
+from gateway.grpc_h2.server import H2GrpcServer
+from proto.meridian.v1 import inference_pb2 as pb
+from tests.grpc.grpc_support import chat
+from tests.grpc.h2_client import GatedBackend, RawClient, grpc_frame, request_headers
+from tests.servers import settle
+
+ENVELOPE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
+
+
+def _token(text: str) -> dict[str, Any]:
+    return {**ENVELOPE, "choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+@asynccontextmanager
+async def h2_server(
+    backend: GatedBackend, limits: H2Limits | None = None
+) -> AsyncIterator[tuple[RunningGrpcServer, H2GrpcServer]]:
+    config = GrpcServerConfig(engine="h2")
+    async with serving_grpc(backend, config) as running:
+        engine = running.server
+        assert isinstance(engine, H2GrpcServer)
+        if limits is not None:
+            engine.limits = limits  # read by each new connection
+        yield running, engine
+
+
+def _call_tasks() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if "Call._run" in repr(t.get_coro())]
+
+
+async def _send_chat(client: RawClient, stream_id: int = 1, *extra: tuple[bytes, bytes]) -> None:
+    body = grpc_frame(chat(max_tokens=5).SerializeToString())
+    client.h2.send_headers(
+        stream_id, request_headers(b"/meridian.v1.Inference/ChatCompletion", *extra)
+    )
+    client.h2.send_data(stream_id, body, end_stream=True)
+    client.flush()
+
+
+async def test_headers_and_the_first_message_leave_in_one_write() -> None:
+    backend = GatedBackend(_token("Hello"), _token(" world"))
+    async with h2_server(backend) as (running, engine):
+        client = await RawClient.connect(running.port)
+        writes_before = engine.transport_writes
+        await _send_chat(client)
+        await client.until(lambda: client.seen(h2.events.DataReceived, 1))
+        # The backend is held at its gate: nothing else of this call is due yet.
+        assert engine.transport_writes - writes_before == 1
+        assert client.seen(h2.events.ResponseReceived, 1)
+        (initial,) = client.header_blocks(1)
+        assert initial[b"x-meridian-route"] == b"backend=scripted"
+        backend.gate.set()
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        trailers = client.header_blocks(1)[-1]
+        assert trailers[b"grpc-status"] == b"0"
+        raw = client.data(1)
+        first = pb.ChatCompletionChunk.FromString(raw[5 : 5 + int.from_bytes(raw[1:5])])
+        assert first.choices[0].delta.content == "Hello"
+        await client.close()
+
+
+async def test_a_reset_stream_closes_the_backend_and_leaves_no_task() -> None:
+    backend = GatedBackend(_token("Hello"), _token(" world"))
+    async with h2_server(backend) as (running, engine):
+        client = await RawClient.connect(running.port)
+        await _send_chat(client)
+        await client.until(lambda: client.seen(h2.events.DataReceived, 1))
+        client.h2.reset_stream(1, h2.errors.ErrorCodes.CANCEL)
+        client.flush()
+        await settle(lambda: backend.closed and engine.active_calls() == 0)
+        await settle(lambda: not _call_tasks())
+        await client.close()
+
+
+async def test_a_client_that_stops_reading_is_reset_and_its_backend_closed() -> None:
+    backend = GatedBackend(_token("Hello"), _token("x" * 2000))
+    stall = H2Limits(write_stall_timeout_s=0.2)
+    async with h2_server(backend, stall) as (running, _):
+        client = await RawClient.connect(running.port, initial_window=100)
+        client.acknowledge = False  # the window never reopens
+        await _send_chat(client)
+        await client.until(lambda: client.seen(h2.events.DataReceived, 1))
+        backend.gate.set()  # the next message does not fit the 100-byte window
+        await client.until(lambda: client.seen(h2.events.StreamReset, 1))
+        (reset,) = [e for e in client.events if isinstance(e, h2.events.StreamReset)]
+        assert reset.error_code == h2.errors.ErrorCodes.CANCEL
+        assert len(client.data(1)) <= 100  # never past the window it was given
+        await settle(lambda: backend.closed and not _call_tasks())
+        await client.close()
+
+
+async def test_a_small_window_is_respected_and_the_stream_completes() -> None:
+    tokens = [_token(f"token-{i}-" + "y" * 150) for i in range(6)]
+    backend = GatedBackend(*tokens)
+    backend.gate.set()
+    async with h2_server(backend) as (running, _):
+        # The h2 client itself raises FlowControlError if the server overruns its window.
+        client = await RawClient.connect(running.port, initial_window=64)
+        await _send_chat(client)
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        raw, messages = client.data(1), []
+        while raw:
+            size = int.from_bytes(raw[1:5])
+            messages.append(pb.ChatCompletionChunk.FromString(raw[5 : 5 + size]))
+            raw = raw[5 + size :]
+        assert [m.choices[0].delta.content for m in messages] == [
+            t["choices"][0]["delta"]["content"] for t in tokens
+        ]
+        assert client.header_blocks(1)[-1][b"grpc-status"] == b"0"
+        await client.close()
+
+
+async def test_a_request_that_never_comes_ends_cancelled_trailers_only() -> None:
+    backend = GatedBackend(_token("Hello"))
+    async with h2_server(backend, H2Limits(read_timeout_s=0.2)) as (running, engine):
+        client = await RawClient.connect(running.port)
+        client.h2.send_headers(1, request_headers())  # and then no message, no END_STREAM
+        client.flush()
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        (only,) = client.header_blocks(1)  # one block: status and all (trailers-only)
+        assert only[b":status"] == b"200" and only[b"grpc-status"] == b"1"
+        assert b"no request message" in only[b"grpc-message"]
+        await client.until(lambda: client.seen(h2.events.StreamReset, 1))  # stop sending
+        assert not backend.started.is_set()
+        assert engine.active_calls() == 0
+        await client.close()
+
+
+async def test_the_servers_own_deadline_ends_the_call_and_closes_the_backend() -> None:
+    backend = GatedBackend(_token("Hello"))
+    async with h2_server(backend) as (running, _):
+        client = await RawClient.connect(running.port)
+        await _send_chat(client, 1, (b"grpc-timeout", b"200m"))
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        assert client.header_blocks(1)[-1][b"grpc-status"] == b"4"  # DEADLINE_EXCEEDED
+        await settle(lambda: backend.closed and not _call_tasks())
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        (request_headers(b"/no.such.Service/Method"), b"12"),  # UNIMPLEMENTED
+        ([(k, b"GET" if k == b":method" else v) for k, v in request_headers()], b"12"),
+        (
+            request_headers(b"/meridian.v1.Inference/ChatCompletion", (b"grpc-timeout", b"soon")),
+            b"3",
+        ),
+    ],
+    ids=["unknown-method", "not-grpc", "bad-timeout"],
+)
+async def test_refused_calls_are_trailers_only(headers: list[Any], status: bytes) -> None:
+    async with h2_server(GatedBackend(_token("x"))) as (running, _):
+        client = await RawClient.connect(running.port)
+        client.h2.send_headers(1, headers, end_stream=True)
+        client.flush()
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        (only,) = client.header_blocks(1)
+        assert only[b"grpc-status"] == status
+        await client.close()
+
+
+async def test_unknown_method_with_the_grpcio_client() -> None:
+    async with (
+        h2_server(GatedBackend(_token("x"))) as (running, _),
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        method = channel.unary_unary("/no.such.Service/Method")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await method(b"", timeout=10)
+    assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_health_watch_streams_the_status_change_on_drain() -> None:
+    async with (
+        h2_server(GatedBackend(_token("x"))) as (running, _),
+        grpc.aio.insecure_channel(running.target) as channel,
+    ):
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service="meridian.v1.Inference"), timeout=30
+        )
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        await running.drain()
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        watch.cancel()
+
+
+async def test_stop_ends_an_open_call_unavailable_and_closes_its_backend() -> None:
+    backend = GatedBackend(_token("Hello"))
+    async with h2_server(backend) as (running, engine):
+        client = await RawClient.connect(running.port)
+        await _send_chat(client)
+        await client.until(lambda: client.seen(h2.events.DataReceived, 1))
+        await running.close(grace_s=0)
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        assert client.header_blocks(1)[-1][b"grpc-status"] == b"14"  # UNAVAILABLE
+        assert backend.closed and not _call_tasks() and engine.active_calls() == 0
+        await client.close()
