@@ -326,3 +326,16 @@ async def admin(session: aiohttp.ClientSession, node: Node, what: str, body: Any
     async with session.post(f"{node.url}/admin/{what}", json=body or {}) as resp:
         assert resp.status == 200, await resp.text()
         return await resp.json()
+
+
+async def backend_total(
+    session: aiohttp.ClientSession, gateway: str, sample: str, backend: str
+) -> float:
+    """A /metrics sample summed over every series of ``backend`` (whatever its other labels)."""
+    async with session.get(f"{admin_of(gateway)}/metrics") as resp:
+        text = await resp.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(sample + "{") and f'backend="{backend}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total

@@ -15,7 +15,15 @@ import orjson
 import pytest
 
 from tests.acceptance.conftest import Launch, Stack
-from tests.acceptance.harness import Node, admin, admin_of, chat, explain, wait_for_signals
+from tests.acceptance.harness import (
+    Node,
+    admin,
+    admin_of,
+    backend_total,
+    chat,
+    explain,
+    wait_for_signals,
+)
 from tests.acceptance.workload import table, unique_prompt, user
 from tests.servers import hang_bound, settle
 
@@ -197,13 +205,7 @@ async def _poll(condition: Any, session: aiohttp.ClientSession, gateway: str) ->
 
 async def _attempts(session: aiohttp.ClientSession, gateway: str, backend: str) -> int:
     """Upstream attempts the gateway made on ``backend`` (all outcomes), from /metrics."""
-    async with session.get(f"{admin_of(gateway)}/metrics") as resp:
-        text = await resp.text()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("meridian_upstream_attempts_total{") and f'backend="{backend}"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    return int(await backend_total(session, gateway, "meridian_upstream_attempts_total", backend))
 
 
 async def _until_served_by(session: aiohttp.ClientSession, gateway: str, backend: str) -> bool:

@@ -78,5 +78,6 @@ async def test_hedging_cuts_the_ttft_tail_within_budget_and_cancels_every_loser(
     await wait_for(lambda: engine_holds(spare) == 0, SETTLE_S)
     assert staller.stats.completed == 0
     assert spare.stats.requests == spare.stats.completed == REQUESTS
+    # each backend's own count: the winner's book-keeping may end after the loser's
     await wait_for(lambda: relay.fleet.in_flight("a-staller") == 0, SETTLE_S)
-    assert relay.fleet.in_flight("b-far") == 0
+    await wait_for(lambda: relay.fleet.in_flight("b-far") == 0, SETTLE_S)

@@ -160,16 +160,22 @@ async def test_each_backend_is_probed_by_one_replica_and_a_dead_prober_is_replac
         before = await t.states()
         window = time.monotonic()
 
-        async def each_leader_probed_twice() -> bool:
-            now = await t.states()
+        after: list[dict[str, Any]] = []
+        window_s = 0.0
+
+        async def each_leader_probed_twice_and_shared() -> bool:
+            nonlocal after, window_s
+            after = await t.states()
+            window_s = time.monotonic() - window
+            # the follower's snapshot is refreshed on its own clock: wait on it too, not only
+            # on the leader's count (its age only grows, so waiting cannot make this true)
             return all(
-                now[leader]["probes_total"][b] - before[leader]["probes_total"][b] >= 2
+                after[leader]["probes_total"][b] - before[leader]["probes_total"][b] >= 2
+                and after[1 - leader]["signal_age_s"][b] < window_s
                 for b, (leader,) in leaders.items()
             )
 
-        await wait_for(each_leader_probed_twice, SETTLE_S)
-        after = await t.states()
-        window_s = time.monotonic() - window
+        await wait_for(each_leader_probed_twice_and_shared, SETTLE_S)
         for backend, (leader,) in leaders.items():
             follower = 1 - leader
             probes = [
