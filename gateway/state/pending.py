@@ -24,6 +24,10 @@ class PendingWrites:
         self.in_flight_dirty = True  # the first flush announces this replica
         self.dropped_blocks = 0
 
+    def is_empty(self) -> bool:
+        """Nothing to push (a due heartbeat aside)."""
+        return not (self.in_flight_dirty or self._prefix or self._signals or self._ejections)
+
     def block_count(self) -> int:
         return sum(len(blocks) for blocks in self._prefix.values())
 
