@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from loadtests.bench.overhead_setup import ENGINE
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
-from loadtests.bench_overhead import ENGINE
 from loadtests.bench_peers import MODEL, _named_src, _workload
 from loadtests.peer_servers import nginx_available, nginx_relay, tree_cpu_s
 from loadtests.processes import emulated_backend, gateway

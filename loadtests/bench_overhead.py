@@ -25,9 +25,17 @@ import contextlib
 import dataclasses
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from loadtests.bench.lean_client import run_lean
+from loadtests.bench.overhead_setup import (
+    ENGINE,
+    MOCK_ITL_MS,
+    MOCK_TTFT_MS,
+    MODEL,
+    one_backend_config,
+    overhead_workload,
+    src_env,
+)
 from loadtests.bench.records import BenchResult, RequestRecord
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
@@ -37,22 +45,6 @@ from loadtests.peer_servers import tree_cpu_s
 from loadtests.processes import ADMIN_URLS, emulated_backend, gateway, mock_backend
 from loadtests.results_file import fmt, write_results
 from loadtests.worker_balance import fetch_requests_by_worker, format_balance
-
-MODEL = "overhead-model"
-ENGINE = {
-    "max_num_seqs": 4096,
-    "max_num_batched_tokens": 10_000_000,
-    "prefill_tokens_per_s": 1e12,
-    "decode_base_ms": 5,
-    "decode_per_seq_ms": 0,
-    "first_token_overhead_ms": 20,
-}
-
-
-# --backend mock: the same schedule as ENGINE (first token after the overhead, then one per
-# decode step) from loadtests/mock_backend.py, which costs a fraction of the emulator's CPU.
-MOCK_TTFT_MS = float(ENGINE["first_token_overhead_ms"])
-MOCK_ITL_MS = float(ENGINE["decode_base_ms"])
 
 Run = tuple[BenchResult, float | None]  # a run and the gateway's CPU seconds in it
 
@@ -86,18 +78,6 @@ class Level:
     def added(self, field: str, side: Side | None = None) -> float | None:
         a, b = getattr(self.direct, field), getattr(side or self.gateway, field)
         return None if a is None or b is None else b - a
-
-
-def _workload(concurrency: int, requests: int) -> dict[str, object]:
-    return {
-        "name": f"overhead-c{concurrency}",
-        "seed": 7,
-        "model": MODEL,
-        "arrival": {"mode": "closed", "concurrency": concurrency},
-        "limits": {"requests": requests},
-        "request_timeout_s": 120,
-        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": 16}],
-    }
 
 
 def _side(results: list[BenchResult], cpu_s: float | None = None) -> Side:
@@ -161,7 +141,7 @@ async def measure(
         config = one_backend_config("overhead", backend_url)
         gateways = {n: await stack.enter_async_context(gateway(config, n)) for n in counts}
         src_gateways = {
-            name: await stack.enter_async_context(gateway(config, src_workers, _env(src)))
+            name: await stack.enter_async_context(gateway(config, src_workers, src_env(src)))
             for name, src in sources.items()
         }
         urls = {n: url for n, (url, _) in gateways.items()}
@@ -175,7 +155,9 @@ async def measure(
         roots = {"emulator": backend_pid, **{names[url]: pid for url, pid in pids.items()}}
         cpu = CpuLedger(roots) if ledger else None
         for concurrency in concurrencies:
-            workload = parse_workload(_workload(concurrency, max(requests, concurrency * 4)))
+            workload = parse_workload(
+                overhead_workload(concurrency, max(requests, concurrency * 4))
+            )
             options = BenchOptions(max_connections=concurrency)
             lean = client == "lean"
             for url in [*urls.values(), *src_urls.values()]:
@@ -209,17 +191,6 @@ async def measure(
                 Level(concurrency, _merged(direct), sides[counts[0]], sides, by_src, spent, balance)
             )
     return levels
-
-
-def one_backend_config(name: str, backend_url: str) -> dict[str, Any]:
-    """A gateway in front of one local backend, with a connection for every stream of a run."""
-    backend = {"name": name, "region": "local", "url": backend_url + "/v1", "models": [MODEL]}
-    return {"backends": [{**backend, "max_connections": 4096}]}
-
-
-def _env(src: str) -> dict[str, str]:
-    """The environment of a gateway that runs the code in ``src``."""
-    return {**os.environ, "PYTHONPATH": src}
 
 
 def format_table(levels: list[Level]) -> str:

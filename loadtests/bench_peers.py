@@ -27,14 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtests.bench.overhead_setup import ENGINE  # the overhead benchmark's engine
 from loadtests.bench.records import BenchResult
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
-from loadtests.bench_overhead import (  # the same mock engine as the overhead benchmark
-    ENGINE,
-    Side,
-    _side,
-)
+from loadtests.bench_overhead import Side, _side
 from loadtests.peer_servers import (
     DEFAULT_VENVS,
     cpu_meter,

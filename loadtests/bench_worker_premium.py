@@ -33,17 +33,17 @@ import os
 from dataclasses import asdict, dataclass
 
 from loadtests.bench.lean_client import run_lean
-from loadtests.bench.records import BenchResult
-from loadtests.bench.report import summarize
-from loadtests.bench.workload import parse_workload
-from loadtests.bench_overhead import (
+from loadtests.bench.overhead_setup import (
     MOCK_ITL_MS,
     MOCK_TTFT_MS,
     MODEL,
-    _env,
-    _workload,
     one_backend_config,
+    overhead_workload,
+    src_env,
 )
+from loadtests.bench.records import BenchResult
+from loadtests.bench.report import summarize
+from loadtests.bench.workload import parse_workload
 from loadtests.cpu_ledger import OTHERS, CpuLedger
 from loadtests.proc_counters import MAIN, Counters, spent, tree_counters
 from loadtests.processes import gateway, mock_backend
@@ -89,7 +89,7 @@ def sides(rate: float, sources: dict[str, str]) -> list[SideSpec]:
 
 
 def _open_workload(rate: float, seconds: float, seed: int) -> dict[str, object]:
-    workload = _workload(1, max(int(rate * seconds), 1))
+    workload = overhead_workload(1, max(int(rate * seconds), 1))
     workload["arrival"] = {"mode": "open", "rate": rate}
     workload["seed"] = seed
     return workload
@@ -109,7 +109,7 @@ async def measure(
             if spec.workers == 0:
                 targets[spec.name] = (backend_url, None)
                 continue
-            env = None if spec.src is None else _env(spec.src)
+            env = None if spec.src is None else src_env(spec.src)
             targets[spec.name] = await stack.enter_async_context(gateway(config, spec.workers, env))
         for spec in specs:  # warm every pool and every worker's connections
             url, _ = targets[spec.name]

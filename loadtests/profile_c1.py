@@ -27,9 +27,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from loadtests.bench.overhead_setup import ENGINE, MODEL, overhead_workload
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
-from loadtests.bench_overhead import ENGINE, MODEL, _side, _workload
+from loadtests.bench_overhead import _side
 from loadtests.processes import emulated_backend, gateway
 from loadtests.results_file import write_results
 
@@ -166,8 +167,8 @@ def _read(path: Path) -> str:
 
 
 async def measure(requests: int, rate: int) -> dict[str, object]:
-    workload = parse_workload(_workload(1, requests))
-    warm = parse_workload(_workload(1, 50))
+    workload = parse_workload(overhead_workload(1, requests))
+    warm = parse_workload(overhead_workload(1, 50))
     options = BenchOptions(max_connections=1)
     async with emulated_backend("overhead", MODEL, ENGINE) as (backend_url, _):
         backend = {"name": "overhead", "region": "local", "url": backend_url + "/v1"}

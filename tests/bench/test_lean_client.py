@@ -10,11 +10,11 @@ import aiohttp
 import pytest
 
 from loadtests.bench.lean_client import run_lean
+from loadtests.bench.overhead_setup import overhead_workload
 from loadtests.bench.plan import poisson_arrivals
 from loadtests.bench.records import ErrorKind
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
-from loadtests.bench_overhead import _workload
 from loadtests.processes import mock_backend
 
 MODEL = "lean-model"
@@ -22,7 +22,7 @@ TTFT_MS, ITL_MS = 20.0, 1.0
 
 
 def _closed(concurrency: int, requests: int) -> dict[str, object]:
-    workload = _workload(concurrency, requests)
+    workload = overhead_workload(concurrency, requests)
     workload["model"] = MODEL
     return workload
 
