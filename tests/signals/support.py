@@ -15,6 +15,7 @@ from aiohttp import web
 
 from gateway.signals.targets import BackendTarget, Engine
 from routing.types import BackendKind, BackendSpec
+from tests.servers import refusing_port
 
 VLLM_PAGE = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -201,13 +202,9 @@ def target(
 
 
 def closed_port_url() -> str:
-    """A loopback URL nothing listens on (bind, read the port, close)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """A loopback URL nothing listens on while the tests run (a port bound and closed at once
+    could be handed to another server, of this suite or of the machine, meanwhile)."""
+    return f"http://127.0.0.1:{refusing_port()}"
 
 
 class FakeClock:
