@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
+from hpack import NeverIndexedHeaderTuple
 
 PREFIX = struct.Struct(">BI")  # compressed flag, message length
 CONTENT_TYPE = b"application/grpc"
@@ -33,6 +34,18 @@ _TIMEOUT_UNITS = {
 }
 # grpc-message: percent-encode everything outside printable ASCII, and '%' itself.
 _UNRESERVED = frozenset(range(0x20, 0x7F)) - {ord("%")}
+
+# Values new with every call: never added to the HPACK table (each would only evict others).
+_PER_CALL_KEYS = frozenset(
+    {
+        b"server-timing",
+        b"x-request-id",
+        b"x-meridian-timing",
+        b"traceresponse",
+        b"grpc-message",
+        b"grpc-status-details-bin",
+    }
+)
 
 Header = tuple[bytes, bytes]
 Metadata = tuple[tuple[str, str | bytes], ...]
@@ -116,16 +129,20 @@ def metadata_headers(metadata: Iterable[tuple[str, str | bytes]]) -> list[Header
         name = key.lower().encode("ascii")
         if name.endswith(b"-bin"):
             raw = value if isinstance(value, bytes) else value.encode()
-            headers.append((name, base64.b64encode(raw).rstrip(b"=")))
+            encoded = base64.b64encode(raw).rstrip(b"=")
         else:
-            headers.append((name, value if isinstance(value, bytes) else value.encode("ascii")))
+            encoded = value if isinstance(value, bytes) else value.encode("ascii")
+        if name in _PER_CALL_KEYS:
+            headers.append(NeverIndexedHeaderTuple(name, encoded))
+        else:
+            headers.append((name, encoded))
     return headers
 
 
 def status_headers(code: grpc.StatusCode, details: str, metadata: Metadata) -> list[Header]:
     headers = [(b"grpc-status", str(code.value[0]).encode())]
     if details:
-        headers.append((b"grpc-message", percent_encoded(details)))
+        headers.append(NeverIndexedHeaderTuple(b"grpc-message", percent_encoded(details)))
     headers.extend(metadata_headers(metadata))
     return headers
 
