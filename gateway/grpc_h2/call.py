@@ -69,7 +69,7 @@ class Call:
         self.deadline = None if headers.timeout_s is None else self.loop.time() + headers.timeout_s
         self.context = H2ServicerContext(self, handler.response_serializer)
         self.messages: deque[bytes] = deque()
-        self.reader = MessageReader(limits.max_receive_message_bytes)
+        self.reader = MessageReader(limits.max_receive_message_bytes, headers.encoding)
         self.inbound_error: WireError | None = None
         self.request_done = False
         self.unacked = 0  # flow-controlled bytes held back until their messages are read

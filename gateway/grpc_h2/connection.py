@@ -164,11 +164,10 @@ class GrpcConnection(asyncio.Protocol):
         call.received(event.data or b"", event.flow_controlled_length)
 
     def acknowledge(self, stream_id: int, size: int) -> None:
-        if size:
-            try:
-                self.h2.acknowledge_received_data(size, stream_id)
-            except h2.exceptions.StreamClosedError:
-                self.h2.acknowledge_received_data(size, 0)  # the connection's window only
+        if size and self.transport is not None:
+            # A closed stream's bytes still count against the connection's window: h2 gives
+            # that back and skips the stream's own.
+            self.h2.acknowledge_received_data(size, stream_id)
             self._schedule_write()
 
     # -- outbound (for calls) -----------------------------------------------------------------
@@ -220,6 +219,9 @@ class GrpcConnection(asyncio.Protocol):
     def _forget(self, call: Call) -> None:
         if self.calls.get(call.stream_id) is call:
             del self.calls[call.stream_id]
+        if call.unacked:  # bytes it never read: the connection's window must not shrink
+            self.acknowledge(call.stream_id, call.unacked)
+            call.unacked = 0
         self.server.call_ended()
 
     # -- writing ------------------------------------------------------------------------------

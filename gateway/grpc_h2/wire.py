@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -19,7 +20,14 @@ from hpack import NeverIndexedHeaderTuple
 
 PREFIX = struct.Struct(">BI")  # compressed flag, message length
 CONTENT_TYPE = b"application/grpc"
-RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", CONTENT_TYPE))
+# Request messages may come compressed with these (responses are never compressed).
+_ZLIB_WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+ACCEPT_ENCODING = b"identity,deflate,gzip"
+RESPONSE_HEADERS = (
+    (b":status", b"200"),
+    (b"content-type", CONTENT_TYPE),
+    (b"grpc-accept-encoding", ACCEPT_ENCODING),
+)
 # Request headers that are transport, not call metadata (never shown to the servicer).
 _TRANSPORT_KEYS = frozenset(
     {b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
@@ -67,12 +75,14 @@ def frame(message: bytes) -> bytes:
 
 class MessageReader:
     """Splits a stream's DATA into length-prefixed messages. A message over ``max_bytes`` is
-    refused as soon as its prefix arrives, before its body is held."""
+    refused as soon as its prefix arrives, before its body is held; a compressed one (the
+    request's ``grpc-encoding``: gzip or deflate) is refused as soon as it inflates past it."""
 
-    __slots__ = ("_buffer", "max_bytes")
+    __slots__ = ("_buffer", "encoding", "max_bytes")
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, encoding: bytes | None = None) -> None:
         self.max_bytes = max_bytes
+        self.encoding = encoding
         self._buffer = b""
 
     @property
@@ -86,12 +96,6 @@ class MessageReader:
         offset = 0
         while len(buffer) - offset >= PREFIX.size:
             compressed, length = PREFIX.unpack_from(buffer, offset)
-            if compressed:
-                # We never advertise an encoding (grpc-accept-encoding), so a client may not
-                # compress: the protocol's answer is UNIMPLEMENTED.
-                raise WireError(
-                    grpc.StatusCode.UNIMPLEMENTED, "compressed messages are not accepted"
-                )
             if length > self.max_bytes:
                 raise WireError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -100,10 +104,37 @@ class MessageReader:
             end = offset + PREFIX.size + length
             if end > len(buffer):
                 break
-            messages.append(buffer[offset + PREFIX.size : end])
+            body = buffer[offset + PREFIX.size : end]
+            messages.append(self._inflated(body) if compressed else body)
             offset = end
         self._buffer = buffer[offset:]
         return messages
+
+    def _inflated(self, body: bytes) -> bytes:
+        wbits = _ZLIB_WBITS.get(self.encoding or b"")
+        if wbits is None:  # the protocol's answers: no encoding named, or one we do not take
+            if not self.encoding or self.encoding == b"identity":
+                raise WireError(
+                    grpc.StatusCode.INTERNAL, "compressed message without grpc-encoding"
+                )
+            raise WireError(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"grpc-encoding {self.encoding.decode('latin-1')!r} is not accepted "
+                f"(grpc-accept-encoding: {ACCEPT_ENCODING.decode()})",
+            )
+        inflater = zlib.decompressobj(wbits)
+        try:
+            raw = inflater.decompress(body, self.max_bytes + 1)
+        except zlib.error:
+            raise WireError(
+                grpc.StatusCode.INTERNAL, "compressed message does not inflate"
+            ) from None
+        if len(raw) > self.max_bytes or inflater.unconsumed_tail:
+            raise WireError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max (inflated past {self.max_bytes})",
+            )
+        return raw
 
 
 def parse_timeout(value: bytes) -> float:
@@ -154,6 +185,7 @@ class CallHeaders:
     path: str
     timeout_s: float | None
     metadata: Metadata
+    encoding: bytes | None = None  # grpc-encoding of the request's messages
 
 
 def call_headers(headers: Iterable[Header]) -> CallHeaders:
@@ -161,6 +193,7 @@ def call_headers(headers: Iterable[Header]) -> CallHeaders:
     path = b""
     method = content_type = b""
     timeout_s: float | None = None
+    encoding: bytes | None = None
     metadata: list[tuple[str, str | bytes]] = []
     for name, value in headers:
         if name.startswith(b":"):
@@ -173,13 +206,15 @@ def call_headers(headers: Iterable[Header]) -> CallHeaders:
                 content_type = value
             elif name == b"grpc-timeout":
                 timeout_s = parse_timeout(value)
+            elif name == b"grpc-encoding":
+                encoding = value
         elif name.endswith(b"-bin"):
             metadata.append((name.decode("ascii"), _unbase64(value)))
         else:
             metadata.append((name.decode("ascii"), value.decode("latin-1")))
     if method != b"POST" or not content_type.startswith(CONTENT_TYPE):
         raise WireError(grpc.StatusCode.UNIMPLEMENTED, "not a gRPC request (POST application/grpc)")
-    return CallHeaders(path.decode("ascii", "replace"), timeout_s, tuple(metadata))
+    return CallHeaders(path.decode("ascii", "replace"), timeout_s, tuple(metadata), encoding)
 
 
 def _unbase64(value: bytes) -> bytes:

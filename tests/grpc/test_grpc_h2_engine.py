@@ -214,3 +214,21 @@ async def test_stop_ends_an_open_call_unavailable_and_closes_its_backend() -> No
         assert client.header_blocks(1)[-1][b"grpc-status"] == b"14"  # UNAVAILABLE
         assert backend.closed and not _call_tasks() and engine.active_calls() == 0
         await client.close()
+
+
+async def test_bytes_a_call_never_read_are_given_back_to_the_connection() -> None:
+    backend = GatedBackend(_token("Hello"))
+    backend.gate.set()
+    async with h2_server(backend) as (running, _):
+        client = await RawClient.connect(running.port)
+        window = client.h2.outbound_flow_control_window
+        request = grpc_frame(chat().SerializeToString())
+        client.h2.send_headers(1, request_headers())  # a unary request with a second message
+        data = request + grpc_frame(b"z" * 60_000)
+        for start in range(0, len(data), 16_384):  # the largest frame the server takes
+            client.h2.send_data(1, data[start : start + 16_384])
+        client.flush()
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        # Else the connection would be left ~60 KB short for every later call.
+        await client.until(lambda: client.h2.outbound_flow_control_window == window)
+        await client.close()

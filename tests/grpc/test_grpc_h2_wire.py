@@ -4,6 +4,7 @@ metadata as header fields."""
 from __future__ import annotations
 
 import base64
+import zlib
 
 import grpc
 import pytest
@@ -43,10 +44,37 @@ def test_an_oversized_message_is_refused_at_its_prefix() -> None:
     assert "larger than max (11 vs. 10)" in caught.value.details
 
 
-def test_a_compressed_message_is_unimplemented() -> None:
+def _compressed(body: bytes, wbits: int) -> bytes:
+    deflater = zlib.compressobj(wbits=wbits)
+    packed = deflater.compress(body) + deflater.flush()
+    return b"\x01" + len(packed).to_bytes(4, "big") + packed
+
+
+@pytest.mark.parametrize(("encoding", "wbits"), [(b"gzip", 31), (b"deflate", 15)])
+def test_compressed_messages_inflate_within_the_limit(encoding: bytes, wbits: int) -> None:
+    reader = MessageReader(1000, encoding)
+    assert reader.feed(_compressed(b"a" * 1000, wbits)) == [b"a" * 1000]
+    with pytest.raises(WireError) as caught:  # a small frame that inflates past the limit
+        reader.feed(_compressed(b"a" * 1001, wbits))
+    assert caught.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize(
+    ("encoding", "code"),
+    [(None, grpc.StatusCode.INTERNAL), (b"snappy", grpc.StatusCode.UNIMPLEMENTED)],
+)
+def test_a_compressed_message_needs_an_encoding_we_take(
+    encoding: bytes | None, code: grpc.StatusCode
+) -> None:
     with pytest.raises(WireError) as caught:
-        MessageReader(100).feed(b"\x01\x00\x00\x00\x01x")
-    assert caught.value.code is grpc.StatusCode.UNIMPLEMENTED
+        MessageReader(100, encoding).feed(_compressed(b"x", 31))
+    assert caught.value.code is code
+
+
+def test_a_corrupt_compressed_message_is_internal() -> None:
+    with pytest.raises(WireError) as caught:
+        MessageReader(100, b"gzip").feed(b"\x01\x00\x00\x00\x03abc")
+    assert caught.value.code is grpc.StatusCode.INTERNAL
 
 
 @pytest.mark.parametrize(

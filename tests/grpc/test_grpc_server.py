@@ -38,6 +38,16 @@ async def test_chat_streams_chunks_with_metadata_and_usage(grpc_engine: GrpcEngi
     assert trailing["server-timing"].startswith("total;dur=")
 
 
+@pytest.mark.parametrize("compression", [grpc.Compression.Gzip, grpc.Compression.Deflate])
+async def test_compressed_requests_are_accepted(
+    grpc_engine: GrpcEngine, compression: grpc.Compression
+) -> None:
+    async with grpc_rig(engine=grpc_engine) as rig:
+        call = rig.stub.ChatCompletion(chat(max_tokens=3), compression=compression, timeout=30)
+        chunks = [chunk async for chunk in call]
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 3
+
+
 async def test_completion_and_list_models(grpc_engine: GrpcEngine) -> None:
     async with grpc_rig(engine=grpc_engine) as rig:
         request = pb.CompletionRequest(model=MODEL, prompt_text="once upon", max_tokens=3)

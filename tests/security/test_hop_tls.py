@@ -198,14 +198,19 @@ async def test_workers_serve_tls_and_say_so(
         await asyncio.wait_for(process.wait(), 30)
 
 
+@pytest.mark.parametrize("grpc_engine", ["grpcio", "h2"])  # h2: ALPN h2 on the HTTP context
 async def test_the_grpc_listener_serves_the_same_tls(
-    gateway: GatewayFactory, pki: dict[str, tuple[Path, Path]]
+    gateway: GatewayFactory, pki: dict[str, tuple[Path, Path]], grpc_engine: str
 ) -> None:
     ca = pki["ca"][0].read_bytes()
     cert, key = (p.read_bytes() for p in pki["client"])
     async with recording_backend() as recorder:
         for require in (False, True):
-            listen = {**_listen_tls(pki, require=require), "grpc_port": 0}
+            listen = {
+                **_listen_tls(pki, require=require),
+                "grpc_port": 0,
+                "grpc_engine": grpc_engine,
+            }
             running = await gateway(
                 config_for({"c1": recorder.url}, listen=listen, auth={"mode": "off"})
             )
