@@ -5,6 +5,7 @@ degraded, and state reconciles when Redis is back."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -102,6 +103,20 @@ async def test_redis_killed_then_restarted(redis_server: RedisServer) -> None:
         await two.stop()
 
 
+class Queued:
+    """Seconds this thread has waited, runnable, for a core so far (the kernel's schedstat:
+    run time, run-queue wait, time slices, in nanoseconds), read in a few microseconds."""
+
+    def __init__(self) -> None:
+        self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+
+    def __call__(self) -> float:
+        return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 async def test_request_path_stays_fast_while_redis_is_paused(redis_server: RedisServer) -> None:
     config = fast_config("redis", redis_server)
     sync = await started(config, "r1")
@@ -111,21 +126,25 @@ async def test_request_path_stays_fast_while_redis_is_paused(redis_server: Redis
         calls: list[float] = []
         worst_gap = 0.0
         hashes = list(range(64))
+        queued = Queued()
         paused_at = time.perf_counter()
-        last_tick = paused_at
+        # Wall time minus the time this thread waited for a core: what the code itself spent,
+        # running or blocked (on a socket, say), whatever else the machine runs.
+        last_tick = paused_at - queued()
         while time.perf_counter() - paused_at < 2.0:
-            started_call = time.perf_counter()
+            started_call = -queued() + time.perf_counter()  # the read stays out of the call
             sync.note_in_flight("a1", +1)
             sync.note_prefix("a1", hashes)
             sync.snapshot().cached_blocks("a1", hashes)
             sync.snapshot().in_flight_totals()
             sync.is_leader(LEASE)
             sync.note_in_flight("a1", -1)
-            done = time.perf_counter()
+            done = time.perf_counter() - queued()
             calls.append(done - started_call)
             worst_gap = max(worst_gap, started_call - last_tick)
             last_tick = done
             await asyncio.sleep(0.001)
+        queued.close()
         health = sync.health()
         redis_server.resume()
         calls.sort()
@@ -134,8 +153,8 @@ async def test_request_path_stays_fast_while_redis_is_paused(redis_server: Redis
             f"paused Redis: {len(calls)} request-path rounds, p99 {p99 * 1e3:.3f} ms, "
             f"max {worst * 1e3:.3f} ms, max loop gap {worst_gap * 1e3:.1f} ms"
         )
-        # Synchronous calls never wait on Redis (op timeout 200 ms). The bounds leave room for
-        # preemption on a shared 2-core machine; typical values are ~0.05 ms and < 1 ms.
+        # Synchronous calls never wait on Redis (op timeout 200 ms); typical values are
+        # ~0.05 ms and < 1 ms. Time spent waiting for a core is not counted (Queued).
         assert p99 < 0.002, f"request-path p99 {p99 * 1e3:.2f} ms"
         assert worst < 0.02, f"slowest request-path round {worst * 1e3:.2f} ms"
         # Nor do background tasks block the loop for anything like a Redis timeout.
