@@ -54,6 +54,10 @@ def _is_free(port: int) -> bool:
     return True
 
 
+class _ExitedError(RedisUnavailableError):
+    """redis-server exited at start (on a port picked here: it may have been taken)."""
+
+
 class RedisServer:
     """One ``redis-server``. ``kill``/``restart`` keep the same address, ``pause``/``resume``
     send SIGSTOP/SIGCONT to simulate a server that hangs."""
@@ -72,6 +76,11 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.unix_socket = workdir / "redis.sock" if unix_socket else None
         self.port = 0 if unix_socket else (port or free_port())
+        # A port picked here is free when picked, not when redis-server binds it (another
+        # process, or an outgoing connection's ephemeral port, may take it meanwhile): the
+        # first start picks again if the server exits. A restart keeps its port: clients hold
+        # the URL.
+        self._may_repick = not unix_socket and port is None
         self.password = password
         self.extra_args = list(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
@@ -93,15 +102,24 @@ class RedisServer:
         return argv + self.extra_args
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
+        for _ in range(4 if self._may_repick else 0):
+            try:
+                return self._start(timeout_s)
+            except _ExitedError:
+                self.port = free_port()
+        return self._start(timeout_s)
+
+    def _start(self, timeout_s: float) -> RedisServer:
         self.process = subprocess.Popen(self._argv(), stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RedisUnavailableError(
+                raise _ExitedError(
                     f"redis-server exited with {self.process.returncode}; see "
                     f"{self.workdir / 'redis.log'}"
                 )
             if self.answers():
+                self._may_repick = False
                 return self
             time.sleep(0.02)
         self.kill()
