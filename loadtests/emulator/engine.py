@@ -27,6 +27,7 @@ from enum import StrEnum
 
 from loadtests.emulator.config import EngineParams
 from loadtests.emulator.prefix_cache import PrefixCache
+from loadtests.emulator.stretch import Stretch
 
 
 class EventKind(StrEnum):
@@ -112,6 +113,10 @@ class _Step:
 
 
 class Engine:
+    # Decode-only steps counted as a stretch instead of one by one (no per-token events only;
+    # loadtests.emulator.stretch). A switch so tests can compare with step-by-step decoding.
+    fast_forward = True
+
     def __init__(
         self, params: EngineParams, now: float = 0.0, *, token_events: bool = True
     ) -> None:
@@ -138,6 +143,9 @@ class Engine:
         self._queries_tokens = 0
         self._hits_tokens = 0
         self._requests = 0
+        self._stretch: Stretch | None = None
+        self.stretched_steps = 0  # steps run as part of a stretch (the fast-forward's reach)
+        self._plain = True  # no sequence with a drip or an injected death submitted yet
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -152,6 +160,8 @@ class Engine:
         # A cold start comes before everything else the request pays for.
         eligible = max(now, self._warm_at) + overhead + request.stall_s
         seq = _Sequence(request, eligible_at=eligible, not_before=eligible)
+        if request.drip_s or request.die_after_tokens is not None:
+            self._plain = False
         self._pending[request.seq_id] = seq
         self._requests += 1
         self._order += 1
@@ -160,6 +170,7 @@ class Engine:
     def cancel(self, seq_id: int, now: float) -> bool:
         """Drop a sequence wherever it is; its batch slot is free for the next step."""
         self._run_until(now, start_due_steps=False)
+        self._end_stretch()  # the batch changes: the step in progress finishes one by one
         for place in (self._pending, self._waiting, self._running):
             if place.pop(seq_id, None) is not None:
                 return True
@@ -196,6 +207,7 @@ class Engine:
         return now >= self._last_active + timeout
 
     def counters(self, now: float) -> EngineCounters:
+        self._settle()
         block = self.params.block_tokens
         used = sum(
             -(-(s.request.prompt_tokens + s.generated) // block) for s in self._running.values()
@@ -221,6 +233,7 @@ class Engine:
 
     def backlog(self, now: float) -> Backlog:
         """The queue and batch a request submitted at ``now`` would find."""
+        self._settle()
         queued = [*self._pending.values(), *self._waiting.values()]
         running = self._running.values()
         ahead = sum(s.prefill_left for s in running)
@@ -269,6 +282,8 @@ class Engine:
         self._now = now
 
     def _next_step_start(self) -> float | None:
+        if self._stretch is not None:
+            return self._free_at  # every sequence may decode again from the last step's end
         ready: list[float] = []
         if self._pending_heap:
             ready.append(self._pending_heap[0][0])
@@ -297,7 +312,22 @@ class Engine:
         self._hits_tokens += seq.cached_tokens
         self._running[request.seq_id] = seq
 
+    def _settle(self) -> None:
+        if self._stretch is not None:
+            self._stretch.settle(self._running)
+
+    def _end_stretch(self) -> None:
+        self._settle()
+        self._stretch = None
+
     def _begin_step(self, start: float) -> None:
+        stretch = self._stretch
+        if stretch is not None:
+            heap = self._pending_heap
+            if stretch.may_continue(self.params, heap[0][0] if heap else math.inf, start):
+                self._step = _Step(start, start + stretch.duration, (), stretch.decode)
+                return
+            self._end_stretch()
         self._release_pending(start)
         budget = self.params.max_num_batched_tokens
         decode = [
@@ -325,11 +355,17 @@ class Engine:
             per_seq = self.params.decode_per_seq_ms * len(decode)
             duration += (self.params.decode_base_ms + per_seq) / 1000.0
         self._step = _Step(start, start + duration, tuple(prefill), tuple(decode))
+        if decode and not prefill and self._plain and self.fast_forward and not self._token_events:
+            self._stretch = Stretch.after(self.params, self._running, decode, duration)
 
     def _finish_step(self, step: _Step) -> None:
         self._step = None
         end = step.end
         self._free_at = self._last_active = self._step_ended = end
+        if self._stretch is not None:
+            self._stretch.steps += 1  # nobody finishes in it: its tokens are counted later
+            self.stretched_steps += 1
+            return
         running = self._running
         for seq_id, chunk in step.prefill:
             seq = running.get(seq_id)
