@@ -99,9 +99,11 @@ async def test_lease_has_one_holder_until_released_or_expired(make_store: StoreF
     one, two = await make_store(), await make_store()
     for store in (one, two):  # connect (and load a cluster's slot map) before the 0.3 s clock
         await store.summary()
-    assert await one.try_lease("probe:a", "r1", 0.3)
-    assert not await two.try_lease("probe:a", "r2", 0.3)
-    assert await one.try_lease("probe:a", "r1", 0.3)  # extend
+    # One holder: leases no busy machine's pause outlives (a 0.3 s one could lapse between
+    # two calls, and the second holder's try would rightly win)
+    assert await one.try_lease("probe:a", "r1", SETTLE_S)
+    assert not await two.try_lease("probe:a", "r2", SETTLE_S)
+    assert await one.try_lease("probe:a", "r1", SETTLE_S)  # extend
     assert not await two.release_lease("probe:a", "r2")  # not the holder: no effect
     assert await one.release_lease("probe:a", "r1")
     assert await two.try_lease("probe:a", "r2", 0.3)
@@ -153,9 +155,9 @@ async def test_pushed_batches_reach_subscribers(make_store: StoreFactory) -> Non
 
     listener = asyncio.create_task(listen())
     try:
-        await asyncio.wait_for(subscribed.wait(), 2.0)
+        await asyncio.wait_for(subscribed.wait(), SETTLE_S)
         await writer.push(WriteBatch("r1", time.time(), prefix={"a1": {42: time.time()}}))
-        batch = await asyncio.wait_for(received.get(), 2.0)
+        batch = await asyncio.wait_for(received.get(), SETTLE_S)
         assert batch.replica == "r1" and 42 in batch.prefix["a1"]
     finally:
         listener.cancel()
