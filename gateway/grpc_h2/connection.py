@@ -64,6 +64,9 @@ class GrpcConnection(asyncio.Protocol):
         self._flush_pending = False
         self._paused = False
         self._handshake: asyncio.TimerHandle | None = None
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._heard = False  # a byte from the client since the last keepalive check
+        self._ping_sent = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -80,9 +83,11 @@ class GrpcConnection(asyncio.Protocol):
         self.h2.initiate_connection()
         self._write()
         self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._no_handshake)
+        self._schedule_keepalive(self.limits.keepalive_time_s)
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self._heard = True
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as err:
@@ -110,13 +115,17 @@ class GrpcConnection(asyncio.Protocol):
                     self._handshake.cancel()
                     self._handshake = None
                 self._wake_writers(0)  # INITIAL_WINDOW_SIZE may have grown every window
+            elif isinstance(event, h2.events.PingAckReceived) and self._ping_sent:
+                self._ping_sent = False  # answered: the next check a whole period from now
+                self._schedule_keepalive(self.limits.keepalive_time_s)
             elif isinstance(event, h2.events.ConnectionTerminated):
                 self.close()
         self._write()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._handshake is not None:
-            self._handshake.cancel()
+        for timer in (self._handshake, self._keepalive):
+            if timer is not None:
+                timer.cancel()
         for call in list(self.calls.values()):
             call.cancel(Cancel.LOST)
         self.calls.clear()
@@ -246,6 +255,31 @@ class GrpcConnection(asyncio.Protocol):
         else:
             for call in self.calls.values():
                 call.wake()
+
+    def _keepalive_due(self) -> None:
+        """Every keepalive_time_s: silent since the last check -> PING (and wait for its ACK
+        at most keepalive_timeout_s); a PING still unanswered -> the peer is gone."""
+        limits = self.limits
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self._ping_sent:
+            log.info("gRPC (h2) connection from %s did not answer a keepalive PING", self.peer)
+            self.close()
+            return
+        if self._heard:
+            self._heard = False
+            delay = limits.keepalive_time_s
+        else:
+            self._ping_sent = True
+            self.h2.ping(b"meridian")
+            self._write()
+            delay = limits.keepalive_timeout_s
+        self._schedule_keepalive(delay)
+
+    def _schedule_keepalive(self, delay: float) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        self._keepalive = self.loop.call_later(delay, self._keepalive_due)
 
     def _no_handshake(self) -> None:
         self._handshake = None

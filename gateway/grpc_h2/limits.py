@@ -22,3 +22,8 @@ class H2Limits:
     # A connection must send the HTTP/2 preface and its SETTINGS within this.
     handshake_timeout_s: float = 10.0
     max_concurrent_streams: int = 1000
+    # Keepalive (as grpc.aio's keepalive_time_ms): a PING after this long without a byte from
+    # the client; no answer within keepalive_timeout_s and the connection is closed (its calls
+    # cancelled, their upstreams with them): a peer that vanished without a FIN.
+    keepalive_time_s: float = 30.0
+    keepalive_timeout_s: float = 20.0

@@ -232,3 +232,30 @@ async def test_bytes_a_call_never_read_are_given_back_to_the_connection() -> Non
         # Else the connection would be left ~60 KB short for every later call.
         await client.until(lambda: client.h2.outbound_flow_control_window == window)
         await client.close()
+
+
+# A PING is due after 50 ms of silence; the answering client gets 5 s to answer each (a
+# loaded machine may stall it), the silent one is closed 50 ms after it was pinged.
+ANSWERED = H2Limits(keepalive_time_s=0.05, keepalive_timeout_s=5.0)
+SILENT = H2Limits(keepalive_time_s=0.05, keepalive_timeout_s=0.05)
+
+
+async def test_a_client_that_answers_keepalive_pings_keeps_its_connection() -> None:
+    async with h2_server(GatedBackend(_token("x")), ANSWERED) as (running, engine):
+        client = await RawClient.connect(running.port)
+
+        def pings() -> int:
+            return sum(isinstance(e, h2.events.PingReceived) for e in client.events)
+
+        await client.until(lambda: pings() >= 3)  # each answered (h2 acks a PING it reads)
+        assert len(engine.connections) == 1
+        await client.close()
+
+
+async def test_a_silent_peer_is_closed_after_an_unanswered_ping() -> None:
+    async with h2_server(GatedBackend(_token("x")), SILENT) as (running, engine):
+        client = await RawClient.connect(running.port)
+        await settle(lambda: not engine.connections)  # it never read the PING
+        with pytest.raises(ConnectionError):
+            await client.until(lambda: False)
+        await client.close()
