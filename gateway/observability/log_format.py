@@ -133,6 +133,19 @@ class _Writer:
             self._thread.join()
 
 
+class _Handoff(QueueHandler):
+    """Queues a record for the writer thread as it is. ``QueueHandler.prepare`` formats the
+    message and copies the record (for queues that pickle); in one process the thread takes
+    the record itself, so only the message is fixed here, in the caller's thread, while its
+    ``args`` are what they were at the call. Exception info stays on the record: the writer's
+    formatter puts the traceback in its own field (``exc``) instead of inside ``msg``."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        if record.args:
+            record.msg, record.args = record.getMessage(), None
+        return record
+
+
 _writer: _Writer | None = None
 
 
@@ -152,7 +165,7 @@ def install(level: str | int = "INFO", fmt: Format = "auto", stream: IO[str] | N
     root = logging.getLogger()
     if _writer is None:
         _writer = _Writer(out)
-        handler = QueueHandler(_writer.queue)
+        handler = _Handoff(_writer.queue)
         handler.set_name(_HANDLER_NAME)
         root.addHandler(handler)
     _writer.sink.setFormatter(formatter_for(resolve(fmt, _writer.sink.stream)))

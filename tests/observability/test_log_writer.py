@@ -41,3 +41,32 @@ def test_a_burst_is_written_whole_and_in_order_by_flush_and_at_exit() -> None:
     assert [line["n"] for line in lines] == list(range(BURST))
     assert {line["msg"] for line in lines} == {"line"}
     assert [orjson.loads(line)["msg"] for line in after.splitlines()] == ["again", "at exit"]
+
+
+CHILD_ARGS = textwrap.dedent(
+    """
+    import logging, sys
+    from gateway.observability import log_format
+    log = logging.getLogger("meridian.test")
+    log_format.install("INFO", "json", sys.stdout)
+    seen = ["at the call"]
+    log.info("value %s", seen)
+    seen[0] = "changed after the call"  # the line shows what the caller logged
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        log.exception("failed %d", 7)
+    log_format.flush()
+    """
+)
+
+
+def test_a_line_keeps_its_args_as_logged_and_its_traceback_in_exc() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_ARGS], capture_output=True, text=True, timeout=60, check=True
+    )
+    value, failed = (orjson.loads(line) for line in done.stdout.splitlines())
+    assert value["msg"] == "value ['at the call']"
+    assert failed["msg"] == "failed 7"
+    assert failed["level"] == "error"
+    assert "RuntimeError: boom" in failed["exc"]
