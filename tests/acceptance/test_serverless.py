@@ -78,8 +78,10 @@ async def test_server_timing_names_the_predicted_cold_start(serverless: Stack):
     assert reply.timing["upstream_ttfb"] >= COLD_START_MS, reply.timing  # what happened
     # What was predicted: warm, when no scrape saw the reset before this request was routed
     # (nearly always: it is sent right after); a cold start, when one did. Never between.
-    predicted = reply.timing["predicted_ttft"]
-    assert predicted < COLD_START_MS / 10 or predicted >= COLD_START_MS, reply.timing
+    # Warm is no cold-start term at all (a busy machine's probes can move the rest of the
+    # prediction by hundreds of milliseconds, so its size tells nothing).
+    predicted, cold = reply.timing["predicted_ttft"], reply.timing.get("cold_start", 0.0)
+    assert cold == 0.0 or predicted >= COLD_START_MS, reply.timing
 
 
 async def _until_predicted_warm(session: aiohttp.ClientSession, gateway: str, backend: str) -> None:
