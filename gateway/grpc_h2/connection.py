@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from gateway.grpc_h2.server import H2GrpcServer
 
 log = logging.getLogger("meridian.grpc")
+# hpack logs every header it decodes at DEBUG, values and all: a client's authorization
+# metadata would reach a DEBUG gateway log. Held at INFO, whatever the root level.
+logging.getLogger("hpack").setLevel(logging.INFO)
 
 _H2_CONFIG = h2.config.H2Configuration(client_side=False, header_encoding=None)
 

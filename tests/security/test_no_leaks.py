@@ -146,13 +146,19 @@ async def test_connect_failure_names_no_address(
     assert b"127.0.0.1" not in body
 
 
+@pytest.mark.parametrize("grpc_engine", ["grpcio", "h2"])
 @pytest.mark.parametrize("mode", ["401", "500", "event_mid"])
 async def test_grpc_details_are_clean(
-    gateway: GatewayFactory, backend_key: str, caplog: pytest.LogCaptureFixture, mode: str
+    gateway: GatewayFactory,
+    backend_key: str,
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+    grpc_engine: str,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with leaky_backend(mode) as backend:
-        running = await gateway(_config(backend.url, backend_key))
+        listen = {"host": "127.0.0.1", "port": 0, "grpc_port": 0, "grpc_engine": grpc_engine}
+        running = await gateway(_config(backend.url, backend_key, listen=listen))
         target = running.app[GRPC_SERVER].target
         request = pb.ChatCompletionRequest(
             model=MODEL, messages=[pb.ChatMessage(role="user", text="hello")], max_tokens=4
