@@ -243,9 +243,10 @@ async def _send_until_probed(
     request with the probes that had ended before it was sent."""
     start = await _probes_ended(session, fleet.gateway, "us-east-dedicated")
     served: list[tuple[Served, int]] = []
-    while (
-        ended := await _probes_ended(session, fleet.gateway, "us-east-dedicated") - start
-    ) < probes:
+    while True:  # one request at least: a probe may end just after ``start`` was read
+        ended = await _probes_ended(session, fleet.gateway, "us-east-dedicated") - start
+        if served and ended >= probes:
+            break
         started = time.monotonic()
         reply = await chat(session, fleet.gateway, MODEL, user(unique_prompt(PROMPT_TOKENS)))
         assert reply.status == 200
