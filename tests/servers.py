@@ -55,6 +55,11 @@ def arrivals(backend: RunningEmulator) -> Callable[[], int]:
 HANG_BOUND_S = 20.0
 
 
+# A child process that starts Python and imports the gateway (or winds down) before a test can
+# go on: a hang guard sized for a slow machine (at a load of 20 such a start took over 10 s).
+PROCESS_BOUND_S = 60.0
+
+
 def hang_bound(within_s: float) -> float:
     """The seconds a poll may take before it fails the test: ``within_s``, or the floor."""
     return max(within_s, HANG_BOUND_S)

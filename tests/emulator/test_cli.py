@@ -7,6 +7,7 @@ import signal
 import urllib.request
 
 from tests.emulator.helpers import read_announcements, spawn_emulate
+from tests.servers import PROCESS_BOUND_S
 
 
 def test_single_backend_process() -> None:
@@ -22,10 +23,10 @@ def test_single_backend_process() -> None:
             assert json.load(resp)["usage"]["completion_tokens"] == 2
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
+        assert process.wait(timeout=PROCESS_BOUND_S) == 0
 
 
 def test_bad_arguments_exit_2() -> None:
     process = spawn_emulate("--backend", "x", "--engine", "max_num_seqs=-1")
-    assert process.wait(timeout=10) == 2
+    assert process.wait(timeout=PROCESS_BOUND_S) == 2
     assert process.stderr is not None and "max_num_seqs" in process.stderr.read()

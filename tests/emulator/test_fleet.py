@@ -11,6 +11,7 @@ import pytest
 
 from loadtests.emulator.fleet import FleetError, FleetFile, load_fleet
 from tests.emulator.helpers import read_announcements, spawn_emulate
+from tests.servers import PROCESS_BOUND_S
 
 FLEETS = Path(__file__).parents[2] / "loadtests" / "fleets"
 
@@ -64,9 +65,9 @@ def test_fleet_process_from_a_region() -> None:
             assert json.load(resp)["data"][0]["id"] == "llama-3.1-70b"
     finally:
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=10) == 0
+        assert process.wait(timeout=PROCESS_BOUND_S) == 0
 
 
 def test_unknown_from_region_is_an_error() -> None:
     process = spawn_emulate(str(FLEETS / "three-region.yaml"), "--from-region", "mars")
-    assert process.wait(timeout=10) == 2
+    assert process.wait(timeout=PROCESS_BOUND_S) == 2

@@ -17,6 +17,7 @@ from gateway.state.config import StateConfig
 from gateway.state.connect import open_store
 from gateway.state.sync import SharedStateSync
 from tests.redis_server import RedisServer
+from tests.servers import PROCESS_BOUND_S
 from tests.state.conftest import SETTLE_S, eventually, fast_config
 from tests.state.replica_proc import LEASE
 
@@ -31,7 +32,7 @@ async def started(config: StateConfig, replica_id: str) -> SharedStateSync:
 
 async def read_status(proc: asyncio.subprocess.Process) -> dict[str, object]:
     assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 10.0)
+    line = await asyncio.wait_for(proc.stdout.readline(), PROCESS_BOUND_S)
     assert line, "replica process ended"
     status: dict[str, object] = orjson.loads(line)
     return status
