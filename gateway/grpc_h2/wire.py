@@ -83,7 +83,7 @@ class MessageReader:
     def __init__(self, max_bytes: int, encoding: bytes | None = None) -> None:
         self.max_bytes = max_bytes
         self.encoding = encoding
-        self._buffer = b""
+        self._buffer = bytearray()  # grown in place: a large message in many frames is O(n)
 
     @property
     def partial(self) -> bool:
@@ -91,7 +91,15 @@ class MessageReader:
         return bool(self._buffer)
 
     def feed(self, data: bytes) -> list[bytes]:
-        buffer = self._buffer + data if self._buffer else data
+        buffer = self._buffer
+        if not buffer and len(data) >= PREFIX.size:
+            _, length = PREFIX.unpack_from(data)
+            if len(data) == PREFIX.size + length and length <= self.max_bytes:
+                return self._messages(data)  # the usual case: exactly one whole message
+        buffer += data
+        return self._messages(buffer)
+
+    def _messages(self, buffer: bytes | bytearray) -> list[bytes]:
         messages: list[bytes] = []
         offset = 0
         while len(buffer) - offset >= PREFIX.size:
@@ -104,10 +112,11 @@ class MessageReader:
             end = offset + PREFIX.size + length
             if end > len(buffer):
                 break
-            body = buffer[offset + PREFIX.size : end]
+            body = bytes(buffer[offset + PREFIX.size : end])
             messages.append(self._inflated(body) if compressed else body)
             offset = end
-        self._buffer = buffer[offset:]
+        if isinstance(buffer, bytearray):  # (bytes: the one whole message, nothing left)
+            del buffer[:offset]
         return messages
 
     def _inflated(self, body: bytes) -> bytes:
