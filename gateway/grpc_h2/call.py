@@ -33,7 +33,6 @@ from gateway.grpc_h2.wire import (
     Metadata,
     WireError,
     frame,
-    metadata_headers,
     status_headers,
 )
 
@@ -74,7 +73,7 @@ class Call:
         self.request_done = False
         self.unacked = 0  # flow-controlled bytes held back until their messages are read
         self.headers_sent = False
-        self.initial: Metadata | None = None  # held initial metadata
+        self.initial: list[Header] | None = None  # held initial metadata, as header fields
         self.ended = False
         self.cancelled = False
         self.cancel_reason: Cancel | None = None
@@ -167,7 +166,7 @@ class Call:
     def _stalled(self) -> None:
         self.cancel(Cancel.STALLED)
 
-    def hold_initial_metadata(self, metadata: Metadata) -> None:
+    def hold_initial_metadata(self, metadata: list[Header]) -> None:
         if self.headers_sent or self.initial is not None:
             raise grpc.aio.UsageError("initial metadata was already sent")
         self.initial = metadata
@@ -180,7 +179,7 @@ class Call:
 
     def _send_headers(self) -> None:
         self.headers_sent = True
-        headers: list[Header] = [*RESPONSE_HEADERS, *metadata_headers(self.initial or ())]
+        headers: list[Header] = [*RESPONSE_HEADERS, *(self.initial or ())]
         self.connection.send_headers(self.stream_id, headers)
 
     async def write(self, raw: bytes) -> None:
@@ -264,13 +263,13 @@ class Call:
             return
         reason = self.cancel_reason or Cancel.LOST
         if reason is Cancel.DEADLINE:
-            self._end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", ())
+            self._end(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", [])
         elif reason is Cancel.SHUTDOWN:
-            self._end(grpc.StatusCode.UNAVAILABLE, "server shutting down", ())
+            self._end(grpc.StatusCode.UNAVAILABLE, "server shutting down", [])
         else:
             self._end_without_status(reason)
 
-    def _end(self, code: grpc.StatusCode, details: str, trailing: Metadata) -> None:
+    def _end(self, code: grpc.StatusCode, details: str, trailing: list[Header]) -> None:
         if self.ended:
             return
         self.ended = True

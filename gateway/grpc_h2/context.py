@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
-from gateway.grpc_h2.wire import Metadata
+from gateway.grpc_h2.wire import Header, Metadata, metadata_headers
 
 if TYPE_CHECKING:
     from gateway.grpc_h2.call import Call
@@ -27,7 +27,7 @@ class H2ServicerContext:
         self._serialize = serialize
         self.code_value: grpc.StatusCode | None = None
         self.details_value = ""
-        self.trailing: Metadata = ()
+        self.trailing: list[Header] = []  # the trailing metadata as header fields
 
     def invocation_metadata(self) -> Metadata:
         return self._call.metadata
@@ -41,14 +41,14 @@ class H2ServicerContext:
     async def send_initial_metadata(self, metadata: Iterable[tuple[str, str | bytes]]) -> None:
         """Held until the call's first message (sent in the same write) or the end of this
         loop iteration, whichever comes first."""
-        self._call.hold_initial_metadata(tuple(metadata))
+        self._call.hold_initial_metadata(metadata_headers(metadata))
 
     async def write(self, message: Any) -> None:
         raw = message if self._serialize is None else self._serialize(message)
         await self._call.write(raw)
 
     def set_trailing_metadata(self, metadata: Iterable[tuple[str, str | bytes]]) -> None:
-        self.trailing = tuple(metadata)
+        self.trailing = metadata_headers(metadata)  # ValueError now, not at the end
 
     async def abort(
         self,
@@ -58,10 +58,10 @@ class H2ServicerContext:
     ) -> NoReturn:
         if code is grpc.StatusCode.OK:
             raise ValueError("abort() needs a status other than OK")  # as grpc.aio refuses it
-        self.code_value, self.details_value = code, details
-        trailers = tuple(trailing_metadata)
+        trailers = metadata_headers(trailing_metadata)
         if trailers:
             self.trailing = trailers
+        self.code_value, self.details_value = code, details
         raise grpc.aio.AbortError()
 
     def set_code(self, code: grpc.StatusCode) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import struct
 import zlib
 from collections.abc import Iterable
@@ -56,6 +57,8 @@ _PER_CALL_KEYS = frozenset(
 )
 
 Header = tuple[bytes, bytes]
+_KEY = re.compile(rb"[0-9a-z_.\-]+")
+_VALUE = re.compile(rb"[\x20-\x7e]*")
 Metadata = tuple[tuple[str, str | bytes], ...]
 
 
@@ -163,15 +166,21 @@ def percent_encoded(details: str) -> bytes:
 
 
 def metadata_headers(metadata: Iterable[tuple[str, str | bytes]]) -> list[Header]:
-    """Call metadata as header fields: ``-bin`` values base64 (unpadded, as gRPC sends them)."""
+    """Call metadata as header fields: ``-bin`` values base64 (unpadded, as gRPC sends them).
+    ValueError for a key or a value gRPC does not allow (keys ``[0-9a-z_.-]``, other values
+    printable ASCII), as grpc.aio refuses them: h2's own, slower, outbound checks are off."""
     headers: list[Header] = []
     for key, value in metadata:
-        name = key.lower().encode("ascii")
+        name = key.encode("ascii")
+        if not _KEY.fullmatch(name):
+            raise ValueError(f"gRPC metadata key {key!r} is not allowed")
         if name.endswith(b"-bin"):
             raw = value if isinstance(value, bytes) else value.encode()
             encoded = base64.b64encode(raw).rstrip(b"=")
         else:
             encoded = value if isinstance(value, bytes) else value.encode("ascii")
+            if not _VALUE.fullmatch(encoded):
+                raise ValueError(f"gRPC metadata {key!r} has a value that is not printable ASCII")
         if name in _PER_CALL_KEYS:
             headers.append(NeverIndexedHeaderTuple(name, encoded))
         else:
@@ -179,11 +188,12 @@ def metadata_headers(metadata: Iterable[tuple[str, str | bytes]]) -> list[Header
     return headers
 
 
-def status_headers(code: grpc.StatusCode, details: str, metadata: Metadata) -> list[Header]:
+def status_headers(code: grpc.StatusCode, details: str, trailers: Iterable[Header]) -> list[Header]:
+    """``grpc-status``, ``grpc-message`` and the (converted) trailing metadata."""
     headers = [(b"grpc-status", str(code.value[0]).encode())]
     if details:
         headers.append(NeverIndexedHeaderTuple(b"grpc-message", percent_encoded(details)))
-    headers.extend(metadata_headers(metadata))
+    headers.extend(trailers)
     return headers
 
 

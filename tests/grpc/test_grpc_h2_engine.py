@@ -4,7 +4,7 @@ frames and writes it sends, and how it treats clients that reset, stall or never
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.grpc.server import GrpcServerConfig, RunningGrpcServer, serving_grpc
 from gateway.grpc_h2.limits import H2Limits
 from gateway.grpc_h2.server import H2GrpcServer
+from gateway.lifecycle.seam import BackendEvent, BackendRequest, StreamOpened
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import chat
 from tests.grpc.h2_client import GatedBackend, RawClient, grpc_frame, request_headers
@@ -258,4 +259,18 @@ async def test_a_silent_peer_is_closed_after_an_unanswered_ping() -> None:
         await settle(lambda: not engine.connections)  # it never read the PING
         with pytest.raises(ConnectionError):
             await client.until(lambda: False)
+        await client.close()
+
+
+async def test_metadata_grpc_does_not_allow_ends_the_call_internal() -> None:
+    class BadMetadata(GatedBackend):
+        async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
+            yield StreamOpened((("x-meridian-route", "line\r\nbreak"),))
+
+    async with h2_server(BadMetadata(_token("x"))) as (running, _):
+        client = await RawClient.connect(running.port)
+        await _send_chat(client)
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        (only,) = client.header_blocks(1)
+        assert only[b"grpc-status"] == b"13" and b"x-meridian-route" not in only
         await client.close()

@@ -129,9 +129,24 @@ def test_a_request_that_is_not_grpc_is_refused(request_headers: list[tuple[bytes
 
 
 def test_status_headers_carry_code_message_and_trailers() -> None:
-    headers = status_headers(grpc.StatusCode.NOT_FOUND, "no such model", (("x-request-id", "r1"),))
+    trailers = metadata_headers((("x-request-id", "r1"),))
+    headers = status_headers(grpc.StatusCode.NOT_FOUND, "no such model", trailers)
     assert headers == [
         (b"grpc-status", b"5"),
         (b"grpc-message", b"no such model"),
         (b"x-request-id", b"r1"),
     ]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        (("Upper", "v"),),
+        (("x-ok", "line\nbreak"),),
+        (("x-ok", "caf\u00e9"),),
+        ((":status", "500"),),
+    ],
+)
+def test_metadata_grpc_does_not_allow_is_refused(metadata: tuple[tuple[str, str], ...]) -> None:
+    with pytest.raises(ValueError):
+        metadata_headers(metadata)
