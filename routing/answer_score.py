@@ -16,9 +16,15 @@ more than any RTT, so an interactive request would follow the emptiest batch whe
 through a degraded path or across an ocean, and the first token the user waits for gets
 slower. ``interactive_ttft_slack_ms`` bounds that trade: an interactive request's decode
 terms can buy at most that much predicted TTFT over the best eligible candidate's. A candidate
-past the slack forfeits its decode advantage: it scores its TTFT plus the largest decode term
-of the candidates within the slack, so it ranks behind every one of them (its TTFT is more
-than the slack above the best, theirs are not) and among the rest by TTFT, as fallbacks.
+past the slack forfeits its decode advantage, never its disadvantage: it scores its TTFT plus
+the larger of its own decode term and the largest of the candidates within the slack, so it
+ranks behind every one of them (its TTFT is more than the slack above the best, theirs are
+not) and among the rest by TTFT plus what it would cost beyond them. Were the disadvantage
+dropped too, a score-only term added later (``RowTerms.hedge``, the placement penalty) that
+pushes the candidates within behind one past the slack would hand the request to a cold
+backend whose prefill stalls its whole batch as if it were free: in scenario 2 that was a
+prompt prefilled on a second backend, 4,432 tokens into a batch of 4 (~1.8 s of the others'
+decode), scored as its TTFT alone.
 With a slack the decode terms are taken relative to the cheapest within it (a constant added
 to every row changes no ranking), so the score stays on the TTFT's scale, which the
 picker's relative margin and the explorer's bounds read.
@@ -53,5 +59,5 @@ def with_answer(
     within = ttft <= ttft[rows].min() + slack
     kept = extra[rows][within[rows]]  # never empty: the best TTFT's row is within
     floor = kept.min()
-    relative: F64 = np.where(within, extra - floor, kept.max() - floor)
+    relative: F64 = np.where(within, extra - floor, np.maximum(extra, kept.max()) - floor)
     return score + relative

@@ -143,7 +143,8 @@ def _answer(
     rows: list[RowPrediction], extra: list[float], unbounded: bool, p: PredictorParams
 ) -> list[float]:
     """``routing.answer_score.with_answer``'s decode terms per row: all of ``extra``, or with
-    the interactive slack, relative to the cheapest within it (past it: the dearest's)."""
+    the interactive slack, relative to the cheapest within it (past it: its own or the
+    dearest within's, the larger)."""
     if unbounded:
         return extra
     bound = min(one.ttft_ms for one in rows) + p.interactive_ttft_slack_ms
@@ -151,5 +152,6 @@ def _answer(
     kept = [more for more, inside in zip(extra, within, strict=True) if inside]
     floor, top = min(kept), max(kept)
     return [
-        more - floor if inside else top - floor for more, inside in zip(extra, within, strict=True)
+        more - floor if inside else max(more, top) - floor
+        for more, inside in zip(extra, within, strict=True)
     ]

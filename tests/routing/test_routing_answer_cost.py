@@ -85,6 +85,23 @@ def test_a_ttft_slack_bounds_what_the_decode_terms_may_buy() -> None:
     assert min(tight, key=tight.__getitem__) == "busy"
 
 
+def test_past_the_slack_a_candidate_keeps_its_decode_disadvantage() -> None:
+    # "near" is the best TTFT; "spare" and "crowded" are both 200 ms further, past the slack:
+    # spare's empty batch buys nothing there, but crowded's 200 sequences still cost what they
+    # cost, so a score-only term that pushes near behind them never makes crowded look free.
+    snapshot = fleet(
+        state("near", rtt_ms=2.0, running=10, waiting=0, as_of=0.0),
+        state("spare", rtt_ms=200.0, running=0, waiting=0, as_of=0.0),
+        state("crowded", rtt_ms=200.0, running=200, waiting=0, as_of=0.0),
+    )
+    router = build_router("predicted_ttft", {**WEIGHTS, "interactive_ttft_slack_ms": 50.0}, 0)
+    ranked = {c.backend: c for c in router.explain(profile(max_tokens=500), snapshot, 1.0).ranked}
+    added = {name: c.score - (c.predicted_ttft_ms or 0.0) for name, c in ranked.items()}
+    assert added["near"] == 0.0 and added["spare"] == pytest.approx(0.0)  # no advantage bought
+    assert added["crowded"] > 500.0  # ...and its own decode cost over near's kept
+    assert ranked["near"].score < ranked["spare"].score < ranked["crowded"].score
+
+
 def test_a_long_form_request_is_scored_on_its_whole_answer_whatever_the_slack() -> None:
     long_form = {"latency_class": LatencyClass.LONG_FORM}
     bounded = _ranked({**WEIGHTS, "interactive_ttft_slack_ms": 0.0}, **long_form)
