@@ -30,6 +30,7 @@ and close the connection): what it meets is kept in ``failure`` and raised by th
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import monotonic
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.sse import SseEvent, SseSplitter
@@ -89,6 +90,8 @@ class PushSink:
         exchange = self._exchange
         exchange.consumed += len(chunk)
         self._reading()
+        if exchange.tick is not None:  # a step end, seen (gateway/step_feed.py)
+            exchange.tick(monotonic())
         try:
             events = self._splitter.feed(chunk)
         except ValueError as exc:

@@ -47,6 +47,7 @@ from gateway.reliability_metrics import ReliabilityMetrics
 from gateway.retry_budget import RetryAfterTable
 from gateway.signals.hub import SignalHub
 from gateway.signals.outlier import FailureKind
+from gateway.step_feed import step_ticker
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry, insert_after
 from gateway.upstream import UpstreamPool
@@ -184,6 +185,7 @@ class Relay:
         opened, number = won
         record.winner = number
         opened.held, opened.exchange.deadline = held, deadline
+        opened.exchange.tick = step_ticker(state.router, opened.route.backend)
         held.streaming(opened)
         self._count_extra(walk)
         decision = walk.decision

@@ -124,6 +124,7 @@ class UpstreamExchange:
     backend_timing: list[TimingEntry] = field(default_factory=list)  # the backend's own phases
     ended_by: SseEvent | None = None  # the event that ended the stream ([DONE], message_stop)
     watch: ReadWatch | None = None  # the inter-token timer and deadline (gateway/read_watch.py)
+    tick: Callable[[float], None] | None = None  # each read's arrival: routing's step clock
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         ends = self.grammar.ends(event, obj)
@@ -277,6 +278,8 @@ class UpstreamExchange:
         finally:
             watch.done()
         self.consumed += len(chunk)
+        if self.tick is not None and chunk:  # a step end, seen (gateway/step_feed.py)
+            self.tick(time.monotonic())
         return chunk
 
     def abort(self, kind: str, message: str, status: int = 503) -> None:
