@@ -39,6 +39,7 @@ from gateway.signals.forwarded import parse_ip
 from gateway.signals.geo import ClientGeo
 from gateway.signals.rtt_policy import believed
 from gateway.state_keys import RELAY
+from gateway.step_feed import step_phase
 from gateway.strict_json import loads_request
 from routing.predictor import CONFIGURED
 from routing.types import BackendState, Candidate, Decision, PolicyRouter, RequestProfile
@@ -180,6 +181,7 @@ def explain_report(
         "chosen": decision.chosen.backend if decision.chosen else None,
         "candidates": [
             _candidate(rank, c, states.get(c.backend), now)
+            | {"step_phase": step_phase(router, c.backend, now)}  # routing.step_clock's wait
             for rank, c in enumerate(decision.ranked, start=1)
         ],
         "filtered": filtered,

@@ -42,12 +42,13 @@ from gateway.observability.observer import RequestObserver
 from gateway.observability.record import RequestRecord
 from gateway.placement import UNRESTRICTED
 from gateway.placement import resolve as resolve_placement
+from gateway.prediction_timing import p90_entries
 from gateway.relay_state import HubMetrics, RelayState
 from gateway.reliability_metrics import ReliabilityMetrics
 from gateway.retry_budget import RetryAfterTable
 from gateway.signals.hub import SignalHub
 from gateway.signals.outlier import FailureKind
-from gateway.step_feed import step_ticker
+from gateway.step_feed import on_routing_clock, step_ticker
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry, insert_after
 from gateway.upstream import UpstreamPool
@@ -254,6 +255,7 @@ class Relay:
         insert_after(opened.entries, "upstream_ttfb", TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
         opened.entries.extend(_prediction_entries(opened))
+        opened.entries.extend(p90_entries(walk.decision, opened.route.backend))
         name, later = opened.route.backend, opened.after_first_byte  # after the first write
         if opened.upstream_ttfb_ms is not None:
             later.append(partial(self.observed_ttft.record, name, opened.upstream_ttfb_ms))
@@ -270,7 +272,7 @@ class Relay:
         router.observe_first_token(
             FirstToken(
                 opened.route.backend,
-                time.monotonic(),
+                on_routing_clock(opened.exchange.stats.first_token_at),  # when it arrived
                 opened.upstream_ttfb_ms,
                 opened.predicted_terms_ms,
                 inbound.profile.prompt_tokens,

@@ -24,6 +24,7 @@ gaps learned are between steps.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 from routing.predictor_detail import TERMS
 
@@ -39,17 +40,28 @@ _HORIZON = 2.0  # steps the phase is extrapolated over (later boundaries may car
 _RTT, _STEP, _OVERHEAD = (TERMS.index(name) for name in ("rtt", "step", "first_token_overhead"))
 
 
+class Phase(NamedTuple):
+    """What the clock told the decision at ``at`` about one backend (``explain`` shows it)."""
+
+    at: float  # the decision's time (gateway clock, s)
+    tick: float  # the latest tick seen by then (gateway clock, s)
+    period_ms: float  # the decode step learned
+    wait_ms: float  # the wait for the step boundary, in place of ...
+    half_step_ms: float  # ... half the predictor's decode step
+
+
 class StepClock:
     """Per backend: when tokens were last seen (gateway clock, seconds) and the decode step's
     length learned from consecutive ticks (ms)."""
 
-    __slots__ = ("_period", "_ticks")
+    __slots__ = ("_period", "_ticks", "_told")
 
     def __init__(self) -> None:
         # The last few ticks: a simulator hands a tick in when the step ends, a one-way trip
         # before the gateway would see it, so a read takes the latest one seen by then.
         self._ticks: dict[str, deque[float]] = {}
         self._period: dict[str, float] = {}
+        self._told: dict[str, Phase] = {}  # the latest phase a decision used, per backend
 
     def seen(self, backend: str, at: float) -> None:
         """A token from ``backend`` arrived at ``at``: its engine ended a step a one-way trip
@@ -78,6 +90,19 @@ class StepClock:
         eligible ``lead_ms`` later on the engine's side of the last tick (a round trip plus
         its fixed overhead); None when the ticks cannot say. ``decode_ms``: the predictor's
         own decode step there, a check on the measured one."""
+        reading = self._reading(backend, now, lead_ms, decode_ms)
+        return None if reading is None else reading[0]
+
+    def told(self, backend: str, at: float) -> Phase | None:
+        """The phase :func:`phased` put into a decision about ``backend`` at ``at`` (None: the
+        half step stood then)."""
+        phase = self._told.get(backend)
+        return phase if phase is not None and phase.at == at else None
+
+    def _reading(
+        self, backend: str, now: float, lead_ms: float, decode_ms: float
+    ) -> tuple[float, float, float] | None:
+        """The wait, the tick it counts from and the period (see :meth:`wait_ms`)."""
         period = self._period.get(backend)
         if period is None or not decode_ms / _AGREE <= period <= _AGREE * decode_ms:
             return None
@@ -88,7 +113,7 @@ class StepClock:
         elapsed = age + lead_ms
         if age > period or elapsed >= _HORIZON * period:
             return None
-        return period - elapsed % period
+        return period - elapsed % period, last, period
 
 
 def phased(
@@ -104,9 +129,11 @@ def phased(
     if clock is None or decode_ms <= 0.0:
         return terms, ttft_ms
     lead = terms[_RTT] + terms[_OVERHEAD]  # there and back, then the fixed overhead
-    wait = clock.wait_ms(backend, now, lead, decode_ms)
-    if wait is None:
+    reading = clock._reading(backend, now, lead, decode_ms)
+    if reading is None:
         return terms, ttft_ms
+    wait, tick, period = reading
+    clock._told[backend] = Phase(now, tick, period, wait, 0.5 * decode_ms)
     moved = wait - 0.5 * decode_ms
     step = terms[_STEP] + moved
     return (*terms[:_STEP], step, *terms[_STEP + 1 :]), max(ttft_ms + moved, 0.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 
 from loadtests.emulator.config import EngineParams
@@ -73,6 +74,11 @@ class RealtimeEngine:
 
     def counters(self) -> EngineCounters:
         return self._engine.counters(self.now())
+
+    def last_step_end(self) -> float | None:
+        """When the engine's latest finished step ended, on the loop's clock (None: none yet)."""
+        end = self._engine.last_step_end
+        return None if end == -math.inf else end
 
     def reset(self) -> None:
         self._engine.reset(self.now())

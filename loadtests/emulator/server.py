@@ -191,7 +191,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def admin_stats(request: web.Request) -> web.Response:
     backend = request.app[BACKEND]
-    payload = {**backend.stats.as_dict(), "cold": backend.driver.counters().cold}
+    payload: dict[str, object] = {**backend.stats.as_dict(), "cold": backend.driver.counters().cold}
+    payload["last_step_end_s"] = backend.driver.last_step_end()  # the loop's (monotonic) clock
     return web.Response(body=orjson.dumps(payload), content_type=JSON)
 
 

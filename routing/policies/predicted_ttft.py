@@ -109,7 +109,8 @@ class PredictedTTFTScorer:
             self.learner, params.default_output_tokens, params.default_prompt_tokens
         )
         self.row_terms = RowTerms(self.predictor_params)
-        self.step_clock = self.row_terms.step_clock = StepClock()  # tokens seen: step ends
+        self.step_clock = StepClock()  # tokens seen: step ends
+        self.row_terms.step_clock = self.step_clock if params.step_phase else None
         self.explorer = Explorer(
             ExploreParams(
                 share=params.explore_share, after_s=params.explore_after_s,
@@ -209,7 +210,7 @@ class PredictedTTFTScorer:
         row = prediction.row
         evidence = self.row_terms.evidence(view, self.learned, row)
         terms, ttft = phased(
-            self.step_clock, view.names[row], now, prediction.terms, prediction.ttft_ms,
+            self.row_terms.step_clock, view.names[row], now, prediction.terms, prediction.ttft_ms,
             self.row_terms.decode.item(row),
         )  # fmt: skip
         return row_inputs(

@@ -35,6 +35,12 @@ class PredictedTTFTParams(CommonParams):
     stale_after_s: float = Field(default=5.0, gt=0)
     cold_ramp: float = Field(default=0.1, gt=0, lt=1)
     itl_batch_slope: float = Field(default=1.0, ge=0)
+    step_phase: bool = Field(
+        default=True,
+        description="the candidates a decision returns take the wait for the engine's next "
+        "step from the step clock (the tokens the gateway sees stream) instead of half a step "
+        "(routing.step_clock); false: always half a step (the clock still listens)",
+    )
     learning_rate: float = Field(default=0.1, gt=0, le=1)
     bias_learning_rate: float = Field(default=0.05, gt=0, le=1)
     peer_weight: float = Field(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import openai
 import pytest
@@ -98,3 +100,5 @@ async def test_models_health_metrics_admin(start) -> None:
     ):
         assert name in text
     assert stats["requests"] == 1 and stats["completed"] == 1
+    # its steps end on the loop's clock: the latest is past by the time the answer is done
+    assert stats["last_step_end_s"] <= asyncio.get_running_loop().time()

@@ -12,7 +12,7 @@ import time
 import pytest
 from yarl import URL
 
-from gateway.step_feed import step_ticker
+from gateway.step_feed import on_routing_clock, step_ticker
 from routing.policies import build_router
 from tests.gateway.test_push_phase import DONE, TOKEN, Recorder, Sends, opened, upstream
 
@@ -82,3 +82,11 @@ def test_the_ticker_feeds_the_routers_own_clock_and_nothing_without_one() -> Non
     assert router.step_clock.period_ms("a") == pytest.approx(25.0)
     assert router.step_clock.period_ms("b") is None
     assert step_ticker(build_router("round_robin"), "a") is None
+
+
+def test_a_first_tokens_arrival_moves_to_the_routing_clock() -> None:
+    before = time.monotonic()
+    arrived = on_routing_clock(time.perf_counter() - 0.5)  # half a second ago
+    after = time.monotonic()
+    assert before - 0.5 <= arrived <= after - 0.5
+    assert before <= on_routing_clock(None) <= time.monotonic()

@@ -214,3 +214,45 @@ def test_a_long_first_step_does_not_hold_the_period() -> None:
         at += 0.020
     period = clock.period_ms("b")
     assert period is not None and period == pytest.approx(20.0, abs=0.5)
+
+
+def test_the_phase_a_decision_used_is_told_for_that_decision_only() -> None:
+    clock, last = _ticking(20.0, 5)
+    now = last + 0.004
+    assert clock.told("b", now) is None  # no decision yet
+    terms, _ = phased(clock, "b", now, _TERMS, 53.0, 20.0)
+    phase = clock.told("b", now)
+    assert phase is not None
+    assert phase.tick == last and phase.period_ms == pytest.approx(20.0)
+    assert phase.half_step_ms == 10.0
+    assert phase.wait_ms == clock.wait_ms("b", now, 12.0, 20.0)
+    assert terms[_STEP] == pytest.approx(_TERMS[_STEP] - phase.half_step_ms + phase.wait_ms)
+    assert clock.told("b", now + 0.001) is None  # another decision's time: not this phase
+    phased(clock, "b", last + 1.0, _TERMS, 53.0, 20.0)  # silence: the half step stands
+    assert clock.told("b", last + 1.0) is None
+
+
+@pytest.mark.parametrize("size", [3, 12])
+def test_step_phase_off_keeps_the_half_step_while_the_clock_listens(size: int) -> None:
+    snapshot = fleet(
+        *(state(f"b{k}", running=4, waiting=0, rtt_ms=2.0, metrics_as_of=0.9) for k in range(size))
+    )
+    on, off = (
+        build_router("predicted_ttft", {}, 1),
+        build_router("predicted_ttft", {"step_phase": False}, 1),
+    )
+    ask, now = profile(prompt_tokens=100), 1.0
+    before = off.explain(ask, snapshot, now).chosen
+    assert before is not None
+    decode = before.terms_ms["step"] / 1.5
+    for router in (on, off):
+        assert router.step_clock is not None
+        for k in range(size):
+            for n in reversed(range(4)):
+                router.step_clock.seen(f"b{k}", now - 0.005 - n * decode / 1000.0)
+    after_off, after_on = off.explain(ask, snapshot, now).chosen, on.explain(ask, snapshot, now)
+    assert after_off is not None and after_on.chosen is not None
+    assert after_off.terms_ms["step"] == pytest.approx(before.terms_ms["step"])  # the half step
+    assert off.step_clock is not None and off.step_clock.period_ms("b0") == pytest.approx(decode)
+    assert off.step_clock.told(before.backend, now) is None
+    assert on.step_clock is not None and on.step_clock.told(after_on.chosen.backend, now)
