@@ -18,7 +18,10 @@ The clock is fed by whatever sees tokens: the simulator at every step end of an 
 that gateway has an answer streaming, and first tokens and ends of streams in the router
 (``PredictedTTFTScorer``); a gateway's relay can feed every chunk (``seen``): the tokens
 of one step, arriving a few ms apart over many streams, count as one tick (the first), so the
-gaps learned are between steps.
+gaps learned are between steps. A real path blurs the ticks (reads late by a busy loop, another
+stream's read of the same step seen a few ms on): while the gaps stray from the step by more
+than a share of it on average, the wait is not told and the half step stands
+(``loadtests/bench_fleet_calibration.py`` measures both on an emulated fleet).
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ _ALPHA = 0.1  # EWMA weight of one gap
 _AGREE = 2.0  # the measured step is used within this factor of the predictor's decode step
 _KEPT = 4  # ticks kept per backend
 _HORIZON = 2.0  # steps the phase is extrapolated over (later boundaries may carry prefill)
+# The phase is used only while the gaps learned stray from the step by at most this share of it
+# on average: a busy path (a late read, another stream's read of the same step seen a few ms
+# on) blurs step ends past what a wait can be told from, and half a step is then the better
+# guess (a uniform phase misses by a quarter step on average).
+_JITTER = 0.15
 _RTT, _STEP, _OVERHEAD = (TERMS.index(name) for name in ("rtt", "step", "first_token_overhead"))
 
 
@@ -54,13 +62,14 @@ class StepClock:
     """Per backend: when tokens were last seen (gateway clock, seconds) and the decode step's
     length learned from consecutive ticks (ms)."""
 
-    __slots__ = ("_period", "_ticks", "_told")
+    __slots__ = ("_jitter", "_period", "_ticks", "_told")
 
     def __init__(self) -> None:
         # The last few ticks: a simulator hands a tick in when the step ends, a one-way trip
         # before the gateway would see it, so a read takes the latest one seen by then.
         self._ticks: dict[str, deque[float]] = {}
         self._period: dict[str, float] = {}
+        self._jitter: dict[str, float] = {}  # EWMA of |gap - step| over the gaps learned (ms)
         self._told: dict[str, Phase] = {}  # the latest phase a decision used, per backend
 
     def seen(self, backend: str, at: float) -> None:
@@ -80,10 +89,16 @@ class StepClock:
             self._period[backend] = gap
         elif gap <= _GAP_RATIO * period:
             self._period[backend] = period + _ALPHA * (gap - period)
+            jitter = self._jitter.get(backend, 0.0)
+            self._jitter[backend] = jitter + _ALPHA * (abs(gap - period) - jitter)
 
     def period_ms(self, backend: str) -> float | None:
         """The decode step's length learned for ``backend`` (None: fewer than two ticks)."""
         return self._period.get(backend)
+
+    def jitter_ms(self, backend: str) -> float:
+        """How far the gaps learned for ``backend`` stray from its step, on average."""
+        return self._jitter.get(backend, 0.0)
 
     def wait_ms(self, backend: str, now: float, lead_ms: float, decode_ms: float) -> float | None:
         """The wait for the next step boundary of a request decided at ``now`` that is
@@ -106,6 +121,8 @@ class StepClock:
         period = self._period.get(backend)
         if period is None or not decode_ms / _AGREE <= period <= _AGREE * decode_ms:
             return None
+        if self._jitter.get(backend, 0.0) > _JITTER * period:
+            return None  # step ends too blurred to tell a wait from
         last = next((at for at in reversed(self._ticks[backend]) if at <= now), None)
         if last is None:
             return None

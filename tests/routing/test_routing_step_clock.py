@@ -256,3 +256,20 @@ def test_step_phase_off_keeps_the_half_step_while_the_clock_listens(size: int) -
     assert off.step_clock is not None and off.step_clock.period_ms("b0") == pytest.approx(decode)
     assert off.step_clock.told(before.backend, now) is None
     assert on.step_clock is not None and on.step_clock.told(after_on.chosen.backend, now)
+
+
+def test_step_ends_blurred_past_a_share_of_the_step_say_nothing() -> None:
+    """Reads late by a busy path (and other streams' reads of one step a few ms on) make gaps
+    stray from the step: past a share of it the wait cannot be told, and half a step stands."""
+    steady, last = _ticking(20.0, 12)
+    assert steady.jitter_ms("b") == pytest.approx(0.0, abs=1e-6)
+    assert steady.wait_ms("b", last + 0.002, 0.0, 20.0) is not None
+    blurred, at = StepClock(), 10.0
+    blurred.seen("b", at)
+    for k in range(30):  # gaps of 26 and 14 ms: the step is still 20 on average
+        at += 0.014 if k % 2 else 0.026
+        blurred.seen("b", at)
+    period = blurred.period_ms("b")
+    assert period is not None and 17.0 < period < 23.0
+    assert blurred.jitter_ms("b") > 0.15 * period
+    assert blurred.wait_ms("b", at + 0.002, 0.0, 20.0) is None
