@@ -128,7 +128,9 @@ class Call:
     # -- for the servicer (through the context) -----------------------------------------------
 
     async def read(self) -> bytes | None:
-        """The next request message; None once the client half-closed."""
+        """The next request message; None once the client half-closed. The whole message must
+        come within ``read_timeout_s`` (other wake-ups, such as window updates, do not count)."""
+        timeout_at = self.loop.time() + self.limits.read_timeout_s
         while True:
             if self.messages:
                 message = self.messages.popleft()
@@ -140,7 +142,7 @@ class Call:
                 raise self.inbound_error
             if self.request_done:
                 return None
-            await self._wait(self.limits.read_timeout_s, self._read_timed_out)
+            await self._wait(timeout_at, self._read_timed_out)
 
     def _read_timed_out(self) -> None:
         self.inbound_error = WireError(
@@ -149,19 +151,21 @@ class Call:
         )
         self.wake()
 
-    async def _wait(self, timeout_s: float, on_timeout: Callable[[], None]) -> None:
+    async def _wait(self, until: float, on_timeout: Callable[[], None]) -> None:
+        """Until :meth:`wake` (the connection saw something for this call), or ``until``
+        (loop time), when ``on_timeout`` runs."""
         self._waiter = self.loop.create_future()
-        timer = self.loop.call_later(timeout_s, on_timeout)
+        timer = self.loop.call_at(until, on_timeout)
         try:
             await self._waiter
         finally:
             timer.cancel()
             self._waiter = None
 
-    async def wait_writable(self) -> None:
+    async def wait_writable(self, stalled_until: float) -> None:
         """Until the flow-control window opens or the socket drains (woken by the connection);
-        a client that keeps it shut past ``write_stall_timeout_s`` loses the call."""
-        await self._wait(self.limits.write_stall_timeout_s, self._stalled)
+        still shut at ``stalled_until`` and the call is lost (the client stopped reading)."""
+        await self._wait(stalled_until, self._stalled)
 
     def _stalled(self) -> None:
         self.cancel(Cancel.STALLED)

@@ -197,23 +197,28 @@ class GrpcConnection(asyncio.Protocol):
         self._schedule_write()
 
     async def send_data(self, call: Call, data: bytes) -> None:
-        """All of ``data`` within the peer's windows, waiting (bounded) while they are shut."""
+        """All of ``data`` in frames within the peer's windows and frame size, waiting while
+        the windows are shut or the socket is full; no progress for ``write_stall_timeout_s``
+        and the call is reset (:meth:`Call.wait_writable`)."""
         h2conn, stream_id = self.h2, call.stream_id
+        stalled_until: float | None = None  # set when a wait starts, cleared by progress
         while True:
             if self.transport is None:
                 raise ConnectionError("the gRPC connection is closed")
-            if self._paused:
-                await call.wait_writable()
-                continue
-            size = min(h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size)
+            size = 0 if self._paused else h2conn.local_flow_control_window(stream_id)
+            size = min(size, h2conn.max_outbound_frame_size)
             if len(data) <= size:
                 h2conn.send_data(stream_id, data)
                 break
-            if size > 0:
+            if size > 0:  # a frame's worth now, the rest in the next round
                 h2conn.send_data(stream_id, data[:size])
                 data = data[size:]
+                stalled_until = None
+                continue
             self._schedule_write()
-            await call.wait_writable()
+            if stalled_until is None:
+                stalled_until = self.loop.time() + self.limits.write_stall_timeout_s
+            await call.wait_writable(stalled_until)
         self._schedule_write()
 
     def end_call(self, call: Call, headers: list[Header], reset: bool) -> None:

@@ -274,3 +274,20 @@ async def test_metadata_grpc_does_not_allow_ends_the_call_internal() -> None:
         (only,) = client.header_blocks(1)
         assert only[b"grpc-status"] == b"13" and b"x-meridian-route" not in only
         await client.close()
+
+
+async def test_a_message_larger_than_a_frame_is_sent_in_frames_without_waiting() -> None:
+    backend = GatedBackend(_token("Hello"), _token("z" * 40_000))  # 16 KiB frames, 64 KiB window
+    backend.gate.set()
+    async with h2_server(backend) as (running, _):
+        client = await RawClient.connect(running.port)
+        await _send_chat(client)
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
+        raw, contents = client.data(1), []
+        while raw:
+            size = int.from_bytes(raw[1:5])
+            contents.append(pb.ChatCompletionChunk.FromString(raw[5 : 5 + size]))
+            raw = raw[5 + size :]
+        assert [len(c.choices[0].delta.content) for c in contents] == [5, 40_000]
+        assert client.header_blocks(1)[-1][b"grpc-status"] == b"0"
+        await client.close()
