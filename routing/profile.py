@@ -9,7 +9,7 @@ from routing.errors import ErrorKind, RoutingError
 from routing.prefix import (
     DEFAULT_BLOCK_TOKENS,
     block_hashes,
-    canonical_chat,
+    canonical_chat_head,
     canonical_completion,
     estimate_tokens,
 )
@@ -57,6 +57,7 @@ def _profile(
     long_form_min_tokens: int,
     allowed_regions: frozenset[str] | None,
     deadline_s: float | None,
+    shared_head: int = 0,
 ) -> RequestProfile:
     max_tokens = _max_tokens(body)
     return RequestProfile(
@@ -64,7 +65,7 @@ def _profile(
         tenant=tenant,
         origin=origin,
         prompt_tokens=estimate_tokens(canonical),
-        prefix_hashes=block_hashes(canonical, tenant, block_tokens),
+        prefix_hashes=block_hashes(canonical, tenant, block_tokens, shared_head=shared_head),
         max_tokens=max_tokens,
         latency_class=_latency_class(max_tokens, latency_class, long_form_min_tokens),
         deadline_s=deadline_s,
@@ -88,7 +89,7 @@ def profile_from_chat(
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, Mapping) for m in messages):
         raise RoutingError(ErrorKind.BAD_REQUEST, "'messages' must be a list of objects")
-    canonical = canonical_chat(messages, body.get("tools"))
+    canonical, head = canonical_chat_head(messages, body.get("tools"))
     return _profile(
         body,
         canonical,
@@ -99,6 +100,7 @@ def profile_from_chat(
         long_form_min_tokens,
         allowed_regions,
         deadline_s,
+        head,
     )
 
 
