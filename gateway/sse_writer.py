@@ -15,11 +15,16 @@ is a quarter; it pauses its socket past twice that, one capped socket read late 
 the client transport's. The relay takes at most ``read_bufsize`` from the reader per write, so
 the high-water mark is a quarter: a write that starts just under it still ends under half.
 
-After the first write (which aiohttp sends together with the buffered headers), each write is
-framed as one HTTP/1.1 chunk and handed straight to the transport: aiohttp's per-write layers
+The headers wait for the first write and go out with it, in one system call (aiohttp >= 3.11
+sends a ``StreamResponse``'s headers on their own at ``prepare`` unless told to buffer them:
+:class:`_SseResponse`); a stream whose whole answer came in its first upstream read — headers,
+events, terminator — is one write. After the first write each write is framed as one HTTP/1.1
+chunk and handed straight to the transport: aiohttp's per-write layers
 (``StreamResponse.write`` -> ``StreamWriter.write`` -> chunk framing -> ``writelines``) cost
 every relayed event four Python calls, and the last event and the chunked terminator go out
-in one write instead of two.
+in one write instead of two. The socket's send buffer is set once per connection, not once per
+request of a keep-alive connection (uvloop builds a socket object and makes two system calls
+for it).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from aiohttp import web
 from aiohttp.http_writer import StreamWriter
 
 from gateway.config import StreamsConfig
+from gateway.http_socket.protocol import DoorRequestHandler
 from gateway.impossible import ImpossibleState
 from gateway.sse import comment
 
@@ -46,6 +52,13 @@ _SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+
+
+class _SseResponse(web.StreamResponse):
+    """A stream response whose headers wait for its first write and go out with it (one
+    system call, one TCP segment to the client); aiohttp's own switch for it."""
+
+    _send_headers_immediately = False
 
 
 class SseWriter:
@@ -67,18 +80,30 @@ class SseWriter:
 
     async def start(self, headers: Mapping[str, str], *, flush: bool = False) -> None:
         """Send the 200 and SSE headers (with the first write, or now when ``flush``)."""
-        response = web.StreamResponse(status=200, headers={**headers, **_SSE_HEADERS})
+        response = _SseResponse(status=200, headers={**headers, **_SSE_HEADERS})
         await response.prepare(self.request)
         self.response = response
         transport = self.request.transport
         if transport is not None:
             transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
-            # Only when configured: uvloop builds a socket object for every "socket" asked for.
-            sock = transport.get_extra_info("socket") if self._send_buffer is not None else None
-            if sock is not None and self._send_buffer is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+            if self._send_buffer is not None:
+                self._set_send_buffer(transport, self._send_buffer)
         if flush:
             self.request.writer.send_headers()
+
+    def _set_send_buffer(self, transport: asyncio.Transport, size: int) -> None:
+        """Once per connection of the gateway's door (it remembers); on another server's
+        connection (a test's plain aiohttp), every time."""
+        protocol = self.request.protocol
+        door = protocol if isinstance(protocol, DoorRequestHandler) else None
+        if door is not None and door.send_buffer == size:
+            return
+        # uvloop builds a socket object for every "socket" asked for: only when configured.
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+            if door is not None:
+                door.send_buffer = size
 
     def track_upstream(self, held: Callable[[], int]) -> None:
         """Count what the upstream side holds too (``UpstreamExchange.buffered_bytes``)."""
@@ -185,6 +210,13 @@ class SseWriter:
     async def end(self, last: bytes) -> None:
         """The last bytes and the chunked terminator, in one write."""
         transport, response, writer = self._raw, self.response, self._chunked
+        if transport is None and response is not None and 0 < len(last) <= self._high // 4:
+            # The whole answer at once (it came in the first upstream read): headers, last
+            # bytes and terminator in one write, by aiohttp, which still holds the headers.
+            await response.write_eof(last)
+            if (transport := self.request.transport) is not None:
+                await self._after_write(transport)
+            return
         if transport is None or response is None or writer is None:
             await self.write(last)
             if self.response is not None:  # write() raised otherwise

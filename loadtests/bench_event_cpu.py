@@ -14,7 +14,11 @@ request. Before the rounds each side sits idle for ``--idle-s`` and its CPU per 
 reported (a share of each event at low concurrency). Sides: Meridian from this checkout,
 Meridian from each ``--src NAME=DIR`` checkout (``PYTHONPATH``), and nginx (Debian's, a byte
 relay: the floor) when installed. One emulated backend for all (TTFT 20 ms, 5 ms a token).
-Not part of the test suite.
+CPU is the scheduler's nanosecond count (``/proc/<pid>/task/*/schedstat``, via
+``loadtests.proc_counters``), not clock ticks: at 10 ms a tick a 180-request side moved in
+steps of 55 us a request. Beside it, split the same way, the loop's sleeps (voluntary context
+switches) and its read- and write-family system calls per event and per request: counts that
+a busy machine does not blur. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from loadtests.bench.overhead_setup import ENGINE
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
 from loadtests.bench_peers import MODEL, _named_src, _workload
-from loadtests.peer_servers import nginx_available, nginx_relay, tree_cpu_s
+from loadtests.peer_servers import nginx_available, nginx_relay
+from loadtests.proc_counters import Counters, tree_counters
 from loadtests.processes import emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
 
@@ -45,12 +50,26 @@ class EventCpu:
     us_per_event: float  # the slope
     us_per_request: float  # the intercept: CPU a request costs besides its events
     idle_ms_per_s: float  # CPU per second while idle
+    # The kernel's counts, split the same way (slope per event, intercept per request): the
+    # loop's sleeps (voluntary context switches) and its read- and write-family system calls.
+    switches_per_event: float = 0.0
+    switches_per_request: float = 0.0
+    syscalls_per_event: float = 0.0
+    syscalls_per_request: float = 0.0
 
 
 def split(low: int, high: int, cpu_low_us: float, cpu_high_us: float) -> tuple[float, float]:
     """(CPU per event, CPU per request) from CPU per request at two stream lengths."""
     per_event = (cpu_high_us - cpu_low_us) / (high - low)
     return per_event, cpu_low_us - per_event * low
+
+
+def _tree(pid: int) -> Counters:
+    """The whole process tree's counters (nanosecond CPU from schedstat, not clock ticks)."""
+    total = Counters()
+    for counters in tree_counters(pid).values():
+        total = total.plus(counters)
+    return total
 
 
 @contextlib.asynccontextmanager
@@ -76,28 +95,46 @@ async def measure(args: argparse.Namespace) -> list[EventCpu]:
     ):
         idle: dict[str, float] = {}
         for name, (_, pid) in sides.items():
-            before = tree_cpu_s(pid)
+            before = _tree(pid)
             await asyncio.sleep(args.idle_s)
-            idle[name] = (tree_cpu_s(pid) - before) / args.idle_s * 1000.0
+            idle[name] = _tree(pid).minus(before).cpu_s / args.idle_s * 1000.0
         for concurrency in args.concurrency:
             requests = max(args.requests, concurrency * 4)
             workloads = {n: parse_workload(_workload(concurrency, requests, n)) for n in lengths}
             options = BenchOptions(max_connections=concurrency)
-            cpu = {(name, n): 0.0 for name in sides for n in lengths}
+            spent = {(name, n): Counters() for name in sides for n in lengths}
             for url, _ in sides.values():
                 await run_bench(url, workloads[args.low], options)  # warm every pool
             for round_ in range(args.rounds):
                 for name, (url, pid) in sides.items():
                     for n in lengths if round_ % 2 == 0 else lengths[::-1]:
-                        before = tree_cpu_s(pid)
+                        before = _tree(pid)
                         await run_bench(url, workloads[n], options)
-                        cpu[(name, n)] += tree_cpu_s(pid) - before
+                        spent[(name, n)] = spent[(name, n)].plus(_tree(pid).minus(before))
             done = requests * args.rounds
             for name in sides:
-                low_us, high_us = (cpu[(name, n)] / done * 1e6 for n in lengths)
+                low, high = spent[(name, args.low)], spent[(name, args.high)]
+                low_us, high_us = low.cpu_s / done * 1e6, high.cpu_s / done * 1e6
                 per_event, per_request = split(args.low, args.high, low_us, high_us)
+                switches = split(args.low, args.high, low.voluntary / done, high.voluntary / done)
+                syscalls = split(
+                    args.low,
+                    args.high,
+                    (low.reads + low.writes) / done,
+                    (high.reads + high.writes) / done,
+                )
                 rows.append(
-                    EventCpu(name, concurrency, low_us, high_us, per_event, per_request, idle[name])
+                    EventCpu(
+                        name,
+                        concurrency,
+                        low_us,
+                        high_us,
+                        per_event,
+                        per_request,
+                        idle[name],
+                        *switches,
+                        *syscalls,
+                    )
                 )
     return rows
 
@@ -121,6 +158,21 @@ def format_table(rows: list[EventCpu], low: int, high: int) -> str:
     lines.append(
         f"(CPU of each side's process tree; us/event = slope between {low} and {high} tokens, "
         "us/request = intercept; '2nd' = the first --src side)"
+    )
+    header = (
+        f"{'':18}{'conc':>5}{'switches/event':>16}{'switches/request':>18}"
+        f"{'syscalls/event':>16}{'syscalls/request':>18}"
+    )
+    lines += ["", header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row.side:18}{row.concurrency:>5}{row.switches_per_event:>16.2f}"
+            f"{row.switches_per_request:>18.2f}{row.syscalls_per_event:>16.2f}"
+            f"{row.syscalls_per_request:>18.2f}"
+        )
+    lines.append(
+        "(voluntary context switches, read- and write-family system calls: /proc schedstat, "
+        "status and io; split like the CPU)"
     )
     return "\n".join(lines)
 

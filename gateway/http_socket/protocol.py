@@ -93,6 +93,7 @@ class DoorRequestHandler(RequestHandler):
         self._counted_as: str | None = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._linger: HeadTimeoutLinger | None = None
+        self.send_buffer: int | None = None  # SO_SNDBUF as an SSE response last set it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
