@@ -21,7 +21,7 @@ from gateway.config import parse_config
 from gateway.explain import _is_local_admin
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
-from tests.servers import hang_bound
+from tests.servers import PROCESS_BOUND_S, hang_bound
 
 MODEL = "m"
 FAR_MS = 120_000.0  # a round trip that no answer on a busy machine comes near
@@ -168,7 +168,7 @@ async def _meridian(*args: str) -> str:
         sys.executable, "-m", "gateway.cli", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), timeout=30)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=PROCESS_BOUND_S)
     assert process.returncode == 0, err.decode()
     return out.decode()
 
