@@ -9,6 +9,7 @@ both: the gateway as a client would, the emulators' ``/admin/*`` to inject fault
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
 import time
@@ -198,6 +199,36 @@ async def wait_for_signals(
             return report
         await asyncio.sleep(0.1)
     raise AssertionError(f"signals never arrived: {report}")
+
+
+async def until_probes_rank_as_configured(
+    session: aiohttp.ClientSession,
+    gateway: str,
+    model: str,
+    config: Mapping[str, Any],
+    backends: list[str],
+) -> None:
+    """Until the gateway's probed round trips order ``backends`` as its configuration's region
+    RTTs do, each gap at least half the configured one. The first probes run while the fleet
+    and the gateway just started (on a loaded machine every one of them took 0.2-1.2 s longer):
+    an unequal share of that stall puts a far backend ahead of a near one for several probe
+    intervals (the smoothed RTT keeps 70% a probe), which no routing claim is about."""
+    region_rtt = {r["name"]: r["rtt_ms"] for r in config["regions"]}
+    region_of = {b["name"]: b["region"] for b in config["backends"]}
+    configured = {name: region_rtt[region_of[name]] for name in backends}
+    order = sorted(configured, key=configured.__getitem__)
+    deadline = time.monotonic() + hang_bound(30.0)
+    probed: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        report = await explain(session, gateway, model, "warm-up")
+        probed = {c["backend"]: c["terms"]["rtt"]["ms"] for c in report["candidates"]}
+        if all(name in probed for name in order) and all(
+            probed[b] - probed[a] >= (configured[b] - configured[a]) / 2
+            for a, b in itertools.pairwise(order)
+        ):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"probes never ranked {configured} as configured: {probed}")
 
 
 async def explain(

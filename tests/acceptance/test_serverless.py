@@ -16,7 +16,14 @@ import aiohttp
 import pytest
 
 from tests.acceptance.conftest import Launch, Stack
-from tests.acceptance.harness import Served, admin, chat, explain, wait_for_signals
+from tests.acceptance.harness import (
+    Served,
+    admin,
+    chat,
+    explain,
+    until_probes_rank_as_configured,
+    wait_for_signals,
+)
 from tests.acceptance.workload import table, unique_prompt, user
 from tests.servers import hang_bound
 
@@ -37,6 +44,14 @@ async def test_a_cold_serverless_backend_is_avoided_then_used_when_it_is_the_onl
     rows: list[tuple[str, Served]] = []
     async with aiohttp.ClientSession() as session:
         await wait_for_signals(session, serverless.gateway, "m")
+        # "now warm" below ranks near against far by their probes: not by a startup stall's
+        await until_probes_rank_as_configured(
+            session,
+            serverless.gateway,
+            "m",
+            serverless.config,
+            ["near-serverless", "far-dedicated"],
+        )
         report = await explain(session, serverless.gateway, "m", "why not the near one?")
         for _ in range(5):
             rows.append(("m, cold", await chat(session, serverless.gateway, "m", user("hi"))))

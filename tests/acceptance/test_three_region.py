@@ -13,7 +13,6 @@ really answers first, measured by sending the same kind of request straight to e
 from __future__ import annotations
 
 import asyncio
-import itertools
 import statistics
 import time
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.acceptance.conftest import Launch, Stack
 from tests.acceptance.harness import (
@@ -31,10 +29,10 @@ from tests.acceptance.harness import (
     chat,
     explain,
     geo_signals,
+    until_probes_rank_as_configured,
     wait_for_signals,
 )
 from tests.acceptance.workload import share, table, true_ttft_ms, unique_prompt, user
-from tests.servers import hang_bound
 from tests.signals.geo_fixtures import AP_CLIENT, EU_CLIENT, US_CLIENT, write_city_db
 
 FLEET = Path(__file__).parents[2] / "loadtests" / "fleets" / "three-region.yaml"
@@ -65,7 +63,10 @@ def fleet(launch: Launch, tmp_path_factory: pytest.TempPathFactory) -> Stack:
 async def test_each_origin_is_routed_to_the_backend_with_the_lowest_actual_ttft(fleet: Stack):
     async with aiohttp.ClientSession() as session:
         await wait_for_signals(session, fleet.gateway, MODEL)
-        await _until_probes_rank_the_fleet(session, fleet)
+        dedicated = [n.name for n in fleet.nodes.values() if n.kind == "dedicated"]
+        await until_probes_rank_as_configured(
+            session, fleet.gateway, MODEL, fleet.config, dedicated
+        )
         for region, address in CLIENTS.items():
             located = await explain(session, fleet.gateway, MODEL, "where", origin=address)
             assert located["origin"]["region"] == region, located["origin"]
@@ -88,31 +89,6 @@ async def test_each_origin_is_routed_to_the_backend_with_the_lowest_actual_ttft(
                 shares.items()))  # fmt: skip
     for region, rows in served.items():
         assert shares[region] >= 0.9, (region, [r.backend for r in rows])
-
-
-async def _until_probes_rank_the_fleet(session: aiohttp.ClientSession, fleet: Stack) -> None:
-    """Until the gateway's probed round trips order the dedicated backends as the fleet file
-    does, each gap at least half the configured one. The first probes run while the fleet and
-    the gateway just started (on a loaded machine every one of them took 0.2-1.2 s longer):
-    an unequal share of that stall puts a far backend ahead of a near one for several probe
-    intervals (the smoothed RTT keeps 70% a probe), which the routing claim is not about."""
-    spec = yaml.safe_load(FLEET.read_text())
-    far = spec["rtt_ms"]["us-east"]
-    regions = {n.name: n.region for n in fleet.nodes.values() if n.kind == "dedicated"}
-    configured = {name: far.get(r, spec["intra_region_rtt_ms"]) for name, r in regions.items()}
-    order = sorted(configured, key=configured.__getitem__)
-    deadline = time.monotonic() + hang_bound(30.0)
-    probed: dict[str, float] = {}
-    while time.monotonic() < deadline:
-        report = await explain(session, fleet.gateway, MODEL, "warm-up")
-        probed = {c["backend"]: c["terms"]["rtt"]["ms"] for c in report["candidates"]}
-        if all(name in probed for name in order) and all(
-            probed[b] - probed[a] >= (configured[b] - configured[a]) / 2
-            for a, b in itertools.pairwise(order)
-        ):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"probes never ranked the fleet as configured {configured}: {probed}")
 
 
 async def test_predictions_are_calibrated_against_observed_ttft(fleet: Stack):
