@@ -166,13 +166,20 @@ class SharedStateSync:
             last_error=self._last_error,
         )
 
+    def _private(self) -> bool:
+        """A memory store this sync opened itself has no other reader (one process, one
+        replica): pushing to it every ``flush_s`` under load would only wake the loop."""
+        return self._owns_store and self._store.kind == "memory"
+
     def _degraded(self) -> bool:
         return self._failing or self._breaker.state is not BreakerState.CLOSED
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        loops = [self._flush_loop, self._refresh_loop, self._events_loop, self._lease_loop]
+        loops = [self._refresh_loop, self._events_loop, self._lease_loop]
+        if not self._private():
+            loops.insert(0, self._flush_loop)
         self._tasks = [asyncio.create_task(loop(), name=loop.__name__) for loop in loops]
 
     async def stop(self) -> None:

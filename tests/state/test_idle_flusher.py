@@ -5,12 +5,13 @@ publishes to a subscriber, so it waits on events, never on time."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 from gateway.state.memory import MemoryStore
 from gateway.state.records import Ejection, WriteBatch
 from gateway.state.sync import SharedStateSync
-from tests.state.conftest import fast_config
+from tests.state.conftest import SETTLE_S, eventually, fast_config
 
 # heartbeat every in_flight_ttl_s / 3 = 0.2 s: ten flush intervals of 20 ms
 INTERVALS = {"flush_s": 0.02, "refresh_s": 0.3, "in_flight_ttl_s": 0.6}
@@ -44,5 +45,24 @@ async def test_an_idle_flusher_wakes_for_heartbeats_and_writes_only() -> None:
         ejection = Ejection(until=2e9, at=1e9, count=1, reason="timeouts")
         sync.note_ejection("b1", ejection)
         assert (await _next_from(events, "r1")).ejections == {"b1": ejection}
+    finally:
+        await sync.stop()
+
+
+async def test_a_store_private_to_the_process_gets_no_flusher() -> None:
+    # from_config with backend memory: a store no other replica can reach
+    sync = SharedStateSync.from_config(fast_config("memory", intervals=INTERVALS))
+    sync.contend(["probe:a1"])
+    await sync.start()
+    try:
+        sync.note_in_flight("a1", +1)
+        now = time.time()  # pruned after ejection_ttl_s: a current one
+        sync.note_ejection("b1", Ejection(until=now + 30, at=now, count=1, reason="timeouts"))
+        await eventually(lambda: sync.is_leader("probe:a1"), SETTLE_S)  # the lease loop runs
+        start = sync.pulls
+        await eventually(lambda: sync.pulls >= start + 3, SETTLE_S)  # and the refresh loop
+        assert not sync.health().degraded
+        assert sync.flush_ticks == 0
+        assert sync.snapshot().in_flight("a1") == 1 and sync.snapshot().ejection("b1")
     finally:
         await sync.stop()
