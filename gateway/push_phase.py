@@ -25,18 +25,24 @@ on in the pulled path with the code that always handled it:
 
 A sink never raises into the connection's callback (llhttp would take it for unparsable bytes
 and close the connection): what it meets is kept in ``failure`` and raised by the task.
+
+Each read runs here on cold caches at low concurrency, so the sink does inline what would be
+a Python call a read: the ReadWatch's restart (``ReadWatch.since``), and for a pass-through
+codec the door's pusher and ``SseWriter.push`` (it frames the read's bytes as one HTTP/1.1
+chunk and writes them to the client's transport itself: :class:`~gateway.sse_writer.RawOut`).
+An encoding codec (and a test's recorder) goes through :meth:`Pusher.__call__`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from time import monotonic
+from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.sse import SseEvent, SseSplitter
 from gateway.stream import StreamBroken
 
 if TYPE_CHECKING:
+    from gateway.sse_writer import RawOut
     from gateway.stream import UpstreamExchange
 
 
@@ -45,6 +51,11 @@ class Pusher(Protocol):
 
     def ready(self) -> bool:
         """Whether events can be written synchronously now (the headers went out)."""
+        ...
+
+    def raw(self) -> RawOut | None:
+        """Once ready, for a codec that writes the bytes as they came: the client's side, so
+        the sink frames and writes each read itself; None: every read through ``__call__``."""
         ...
 
     def __call__(self, events: list[SseEvent]) -> bool:
@@ -58,38 +69,38 @@ class PushSink:
     __slots__ = (
         "_check",
         "_exchange",
+        "_out",
         "_push",
-        "_reading",
         "_splitter",
+        "_watch",
         "behind",
         "failure",
         "held",
     )
 
-    def __init__(
-        self,
-        exchange: UpstreamExchange,
-        splitter: SseSplitter,
-        push: Pusher,
-        reading: Callable[[], None],
-    ) -> None:
+    def __init__(self, exchange: UpstreamExchange, splitter: SseSplitter, push: Pusher) -> None:
         self._exchange = exchange
         self._splitter = splitter
         self._push = push
-        self._reading = reading  # the ReadWatch: the next read's wait starts now
+        self._watch = exchange._watch()  # each read restarts its wait (since, inline)
         self._check = exchange._check
+        self._out: RawOut | None = None  # set by reset(): the push is ready by then
         self.held: list[SseEvent] = []  # events handed back to the task (the stream's end)
         self.failure: BaseException | None = None  # raised by the task after ``held``
         self.behind = False  # the client is past its mark: the task waits for it
 
     def reset(self) -> None:
         self.held, self.failure, self.behind = [], None, False
+        self._out = self._push.raw()
 
     def __call__(self, chunk: bytes) -> bool:
         """Relay one upstream read; False stops the push (the task takes over)."""
         exchange = self._exchange
         exchange.consumed += len(chunk)
-        self._reading()
+        watch = self._watch
+        watch.since = perf_counter()  # ReadWatch.reading, inline: the next read's wait starts
+        if watch.parked:  # the deadline passed between reads: reading() fires it
+            watch.reading()
         if exchange.tick is not None:  # a step end, seen (gateway/step_feed.py)
             exchange.tick(monotonic())
         try:
@@ -110,12 +121,30 @@ class PushSink:
                     return False
         except Exception as exc:  # StreamBroken; anything else is raised by the task too
             self.failure = exc
-        if batch:
-            try:
+        if not batch:
+            return self.failure is None
+        out = self._out
+        try:
+            if out is None:
                 if not self._push(batch):
                     self.behind = True
                     return False
-            except Exception as exc:  # the client went away: that, not a break, is the end
-                self.failure = exc
+                return self.failure is None
+            # SseWriter.push, inline (the bytes as they came: one chunk, one write)
+            data = batch[0].raw if len(batch) == 1 else b"".join([event.raw for event in batch])
+            transport = out.transport
+            if transport.is_closing():
+                raise ConnectionResetError("client connection closed")
+            frame = b"%x\r\n%b\r\n" % (len(data), data)
+            out.chunked.output_size += len(frame)
+            transport.write(frame)
+            queued = transport.get_write_buffer_size()
+        except Exception as exc:  # the client went away: that, not a break, is the end
+            self.failure = exc
+            return False
+        if queued:  # nothing queued (the usual write): the stream holds a partial event at most
+            out.note_held(queued)
+            if queued > out.high:
+                self.behind = True
                 return False
         return self.failure is None

@@ -28,40 +28,47 @@ class ReadWatch:
         self._deadline = deadline  # perf_counter() time
         self._expire = expire
         self._loop = asyncio.get_running_loop()
-        self._since: float | None = None  # perf_counter() when the waiting read began
+        # perf_counter() when the waiting read began. A caller on the per-read path may set it
+        # itself instead of calling reading() (one call less a read: gateway/push_phase.py),
+        # as long as it calls reading() whenever ``parked``.
+        self.since: float | None = None
         self._handle: asyncio.TimerHandle | None = None  # None: parked past the deadline
+        self.parked = False  # no timer while the deadline passed between reads: reading() fires
         self._stopped = False
         self._arm(time.perf_counter())
 
     def reading(self) -> None:
         """A read of upstream bytes starts now."""
-        self._since = now = time.perf_counter()
-        if self._handle is None and not self._stopped:  # the deadline passed between reads
+        self.since = now = time.perf_counter()
+        if self.parked:  # the deadline passed between reads
             self._arm(now)
 
     def done(self) -> None:
         """The read returned."""
-        self._since = None
+        self.since = None
 
     def stop(self) -> None:
         self._stopped = True
+        self.parked = False
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
     def _arm(self, now: float) -> None:
-        bound = (self._since if self._since is not None else now) + self._idle_s
+        bound = (self.since if self.since is not None else now) + self._idle_s
         if self._deadline is not None:
             bound = min(bound, self._deadline)
+        self.parked = False
         self._handle = self._loop.call_later(max(0.0, bound - now), self._check)
 
     def _check(self) -> None:
         now = time.perf_counter()
         past_deadline = self._deadline is not None and now >= self._deadline
-        since = self._since
+        since = self.since
         if since is None:  # between reads: the next read is bounded from its own start
             if past_deadline:
                 self._handle = None  # reading() fires it (a read begun now is already late)
+                self.parked = not self._stopped
             else:
                 self._arm(now)
             return
@@ -69,6 +76,7 @@ class ReadWatch:
             self._arm(now)
             return
         self._handle = None
+        self.parked = not self._stopped
         if past_deadline:
             self._expire("deadline_exceeded", "the request's total deadline passed mid-stream", 504)
         else:

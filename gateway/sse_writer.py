@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.http_writer import StreamWriter
@@ -52,6 +53,19 @@ _SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class RawOut:
+    """A started SSE response's client side, for a writer that frames chunks itself:
+    ``transport.write(b"%x\\r\\n%b\\r\\n" % (len(data), data))``, counted in
+    ``chunked.output_size``; a queue left over ``high`` bytes means the client is behind, and
+    any bytes left queued go to ``note_held`` (the stream's peak). :meth:`SseWriter.push`."""
+
+    transport: asyncio.Transport
+    chunked: StreamWriter  # aiohttp's writer, told what was sent
+    high: int
+    note_held: Callable[[int], None]
 
 
 class _SseResponse(web.StreamResponse):
@@ -125,6 +139,14 @@ class SseWriter:
     def pushable(self) -> bool:
         """Whether :meth:`push` may write now: the headers went out with a first write."""
         return self._raw is not None
+
+    def raw_out(self) -> RawOut | None:
+        """Once :attr:`pushable`: what a push sink needs to write framed chunks itself, as
+        :meth:`push` does, without a call per read (``gateway/push_phase.py``)."""
+        transport, chunked = self._raw, self._chunked
+        if transport is None or chunked is None:
+            return None
+        return RawOut(transport, chunked, self._high, self._note_held)
 
     def push(self, data: bytes) -> bool:
         """Write now, from any callback (``gateway/push_phase.py``); False when the client is

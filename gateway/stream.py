@@ -227,8 +227,14 @@ class UpstreamExchange:
         """Note one event, or raise what it breaks; most token events need no JSON walk."""
         plain = self.grammar.plain_token(event)
         if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)
-            if plain:
-                self.stats.on_token_event(time.perf_counter(), counted=True)
+            if plain:  # StreamStats.on_token_event(now), inline: runs for every token event
+                stats, now = self.stats, time.perf_counter()
+                if stats.first_token_at is None:
+                    stats.first_token_at = now
+                if (last := stats.last_token_at) is not None:
+                    stats.gaps_ms.append((now - last) * 1000.0)
+                stats.last_token_at = now
+                stats.output_events += 1
             return
         carries, obj = self.grammar.parse(event)
         if is_malformed(event, obj):
@@ -243,7 +249,7 @@ class UpstreamExchange:
     def _push_sink(self, splitter: SseSplitter, push: Pusher) -> PushSink:
         from gateway.push_phase import PushSink  # it imports StreamBroken from here
 
-        return PushSink(self, splitter, push, self._watch().reading)
+        return PushSink(self, splitter, push)
 
     async def _pushed(self, sink: PushSink) -> None:
         """Until the push stops (module doc of ``gateway/push_phase.py``); the ReadWatch

@@ -30,7 +30,7 @@ from gateway.lifecycle.call import CoreCall
 from gateway.lifecycle.core import Arrival, refused
 from gateway.quota.limiter import QUOTAS
 from gateway.sse import SseEvent, comment
-from gateway.sse_writer import ClientTooSlow, SseWriter
+from gateway.sse_writer import ClientTooSlow, RawOut, SseWriter
 from gateway.state_keys import RELAY
 from gateway.stream import OpenedStream, StreamBroken
 from gateway.timing import TimingEntry, render
@@ -280,6 +280,9 @@ class _Pusher:
 
     def ready(self) -> bool:
         return self._writer.pushable
+
+    def raw(self) -> RawOut | None:
+        return self._writer.raw_out() if self._encode is None else None
 
     def __call__(self, events: list[SseEvent]) -> bool:
         encode = self._encode

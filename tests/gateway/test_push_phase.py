@@ -64,6 +64,9 @@ class Recorder:
     def ready(self) -> bool:
         return True
 
+    def raw(self) -> None:
+        return None  # every read through __call__, recorded
+
     def __call__(self, events: list[SseEvent]) -> bool:
         self.writes.append([event.raw for event in events])
         self.in_task.append(asyncio.current_task() is not None)

@@ -19,6 +19,7 @@ from gateway.read_watch import ReadWatch
 from gateway.sse import SseSplitter
 from gateway.stream import StreamBroken, UpstreamExchange
 from gateway.timing import StreamStats
+from tests.servers import settle
 
 Expired = asyncio.Queue[tuple[str, int]]
 
@@ -134,3 +135,18 @@ async def test_events_before_a_broken_one_are_relayed_before_the_error(
     opened.close()
     assert got == [TOKEN, TOKEN]
     assert broken.value.kind == "upstream_error_event"
+
+
+async def test_a_watch_says_it_is_parked_past_the_deadline_and_the_next_read_fires_it() -> None:
+    """The push sink restarts a read by setting ``since`` and calls ``reading()`` only when
+    the watch is ``parked``: that flag must be true exactly while no timer is armed."""
+    watch, expired = watch_for(60.0, time.perf_counter() + 0.01)
+    assert not watch.parked  # armed for the deadline
+    await settle(lambda: watch.parked)  # the timer fired between reads and parked
+    assert expired.empty()
+    watch.since = time.perf_counter()  # what the sink does per read, then:
+    assert watch.parked
+    watch.reading()
+    assert await expired.get() == ("deadline_exceeded", 504)
+    watch.stop()
+    assert not watch.parked
