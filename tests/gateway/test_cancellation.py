@@ -67,7 +67,10 @@ async def test_many_disconnects_leak_no_tasks_or_connections(emulator, gateway) 
     relay = running.app[RELAY]
 
     async def one(session: aiohttp.ClientSession, index: int) -> None:
-        body = {**CHAT, "stream": index % 2 == 0, "max_tokens": 200}
+        # 2,000 tokens at >= 10 ms a step: no answer can end (~20 s) before the gateway acts on
+        # its client leaving, even on a slow machine; with 200 a loaded host let the engine
+        # finish a few streams first, and the engine's cancel count came up short
+        body = {**CHAT, "stream": index % 2 == 0, "max_tokens": 2000}
         if index % 2:  # non-streaming: leave while the engine generates the body
             await leave_once_admitted(backend, [_post(session, running.url, body)])
             return
