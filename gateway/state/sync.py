@@ -31,6 +31,7 @@ from gateway.state.connect import open_store, retention_of
 from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
 from gateway.state.health import HealthStatus, StateHealth
 from gateway.state.leases import LeaseKeeper
+from gateway.state.parking import Parking
 from gateway.state.pending import PendingWrites
 from gateway.state.records import Ejection, SignalRecord, TokenResult
 from gateway.state.store import StateStore
@@ -43,8 +44,6 @@ _REPUBLISH_BLOCKS_PER_BACKEND = 2000  # newest local blocks re-sent when the sto
 _EVENTS_RETRY_S = 0.1  # how soon a healthy store gets (re)subscribed
 _EVENTS_BACKOFF_S = 0.5  # after a broken subscription
 _RESTAMP_S = 1.0  # a prefix chain noted this recently is not noted again (at most ttl / 10)
-# An idle flusher sleeps until a write is queued or its heartbeat is due, not every flush_s:
-# a timer wake of an idle process costs ~150 us of CPU on a shared 2-core VM (3 ms/s at 50 ms).
 
 
 def default_replica_id() -> str:
@@ -89,7 +88,7 @@ class SharedStateSync:
         self._pulled_under: int | None = None  # the subscription live when the last pull began
         self.pulls = 0  # refreshes done
         self.prefix_pulls = 0  # of them, those that asked the store for prefix blocks
-        self._parked: asyncio.Future[None] | None = None  # the idle flusher, until a write
+        self._parking = Parking()  # the idle flusher waits there until a write is queued
         self.flush_ticks = 0  # flusher wake-ups: an idle one sleeps until a write or heartbeat
 
     @classmethod
@@ -111,8 +110,7 @@ class SharedStateSync:
     def note_in_flight(self, backend: str, delta: int) -> None:
         self._view.add_in_flight(backend, delta)
         self._pending.in_flight_dirty = True
-        if self._parked is not None:
-            self._unpark()
+        self._parking.wake()
 
     def note_prefix(self, backend: str, hashes: Sequence[int]) -> None:
         if hashes:
@@ -126,20 +124,17 @@ class SharedStateSync:
                 return
             self._view.add_prefix(backend, hashes, now)
             self._pending.add_prefix(backend, hashes, now)
-            if self._parked is not None:
-                self._unpark()
+            self._parking.wake()
 
     def note_signal(self, backend: str, record: SignalRecord) -> None:
         self._view.put_signal(backend, record)
         self._pending.put_signal(backend, record)
-        if self._parked is not None:
-            self._unpark()
+        self._parking.wake()
 
     def note_ejection(self, backend: str, ejection: Ejection) -> None:
         self._view.put_ejection(backend, ejection)
         self._pending.put_ejection(backend, ejection)
-        if self._parked is not None:
-            self._unpark()
+        self._parking.wake()
 
     def snapshot(self) -> SharedView:
         return self._view
@@ -267,31 +262,12 @@ class SharedStateSync:
             with contextlib.suppress(StateUnavailable):
                 await self.flush_now()
         if self._pending.is_empty():
-            await self._park(self._heartbeat_due_in() - self._config.intervals.flush_s)
+            await self._parking.park(self._heartbeat_due_in() - self._config.intervals.flush_s)
 
     def _heartbeat_due_in(self) -> float:
         """Seconds until this replica's in-flight counts must be re-sent to stay alive."""
         ttl_s = self._config.intervals.in_flight_ttl_s
         return self._last_heartbeat + ttl_s / 3 - self._mono()
-
-    async def _park(self, at_most_s: float) -> None:
-        """Sleep until a write is queued (``_unpark``) or ``at_most_s`` has passed. The loop
-        then waits ``flush_s`` as after any tick, so a burst of writes is still one push."""
-        if at_most_s <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        parked = self._parked = loop.create_future()
-        timer = loop.call_later(at_most_s, self._unpark)
-        try:
-            await parked
-        finally:
-            timer.cancel()
-            self._parked = None
-
-    def _unpark(self) -> None:
-        parked, self._parked = self._parked, None
-        if parked is not None and not parked.done():
-            parked.set_result(None)
 
     async def _refresh_loop(self) -> None:
         await self._forever(self._refresh_tick, lambda: self._config.intervals.refresh_s)
@@ -405,4 +381,4 @@ class SharedStateSync:
         self._pending.in_flight_dirty = True
         for backend, blocks in self._view.newest_blocks(_REPUBLISH_BLOCKS_PER_BACKEND).items():
             self._pending.add_blocks(backend, blocks)
-        self._unpark()
+        self._parking.wake()
