@@ -35,8 +35,11 @@ WORKLOAD = ROOT / "workloads" / "chat-shared-prefix.yaml"
 
 
 @contextlib.asynccontextmanager
-async def emulated_fleet() -> AsyncIterator[list[dict[str, Any]]]:
-    argv = [sys.executable, "-m", "gateway.cli", "emulate", str(FLEET), "--from-region", "us-east"]
+async def emulated_fleet(
+    fleet: Path = FLEET, region: str = "us-east"
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """``meridian emulate``'s backend lines (name, url, ...) while its process runs."""
+    argv = [sys.executable, "-m", "gateway.cli", "emulate", str(fleet), "--from-region", region]
     process = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
     )
@@ -54,6 +57,7 @@ async def emulated_fleet() -> AsyncIterator[list[dict[str, Any]]]:
         yield backends
     finally:
         process.terminate()
+        await process.wait()
         await process.wait()
 
 

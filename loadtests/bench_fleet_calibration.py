@@ -24,7 +24,6 @@ load average is printed, and the comparison is within the run. Table on stdout, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import statistics
@@ -34,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
 from loadtests.bench.records import RequestRecord
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import Workload, parse_workload
+from loadtests.bench_fleet import emulated_fleet as fleet_processes
 from loadtests.emulator.fleet import FleetError, load_fleet
 from loadtests.processes import gateway
 from loadtests.results_file import write_results
@@ -52,25 +51,8 @@ SIDES = {"clock": {}, "half-step": {"step_phase": False}}
 @contextlib.asynccontextmanager
 async def emulated_fleet() -> AsyncIterator[dict[str, str]]:
     """The fleet's backends as ``{name: base url}`` while its process runs."""
-    argv = [sys.executable, "-m", "gateway.cli", "emulate", str(FLEET), "--from-region", REGION]
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-    )
-    assert process.stdout is not None
-    try:
-        urls: dict[str, str] = {}
-        while True:
-            line = await asyncio.wait_for(process.stdout.readline(), 30)
-            if not line:
-                raise RuntimeError("meridian emulate exited before it was ready")
-            message = orjson.loads(line)
-            if message.get("ready"):
-                break
-            urls[message["name"]] = message["url"]
-        yield urls
-    finally:
-        process.terminate()
-        await process.wait()
+    async with fleet_processes(FLEET, REGION) as backends:
+        yield {backend["name"]: backend["url"] for backend in backends}
 
 
 def gateway_config(urls: dict[str, str], params: dict[str, Any]) -> dict[str, Any]:

@@ -54,20 +54,13 @@ from loadtests.bench.grpc_overhead_table import (
     format_table,
     side_from,
 )
+from loadtests.bench.overhead_setup import ENGINE  # the same mock schedule as HTTP
 from loadtests.peer_servers import tree_cpu_s
 from loadtests.processes import direct_grpc_server, emulated_backend, gateway
 from loadtests.results_file import write_results
 from proto.meridian.v1 import inference_pb2 as pb
 
 MODEL = "grpc-overhead-model"
-ENGINE = {
-    "max_num_seqs": 4096,
-    "max_num_batched_tokens": 10_000_000,
-    "prefill_tokens_per_s": 1e12,
-    "decode_base_ms": 5,
-    "decode_per_seq_ms": 0,
-    "first_token_overhead_ms": 20,
-}
 PROMPT = "Summarise the route a request takes through a multi-region gateway. " * 4
 MAX_TOKENS = 8
 ENGINES = ("grpcio", "h2")
