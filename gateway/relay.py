@@ -42,7 +42,7 @@ from gateway.observability.observer import RequestObserver
 from gateway.observability.record import RequestRecord
 from gateway.placement import UNRESTRICTED
 from gateway.placement import resolve as resolve_placement
-from gateway.prediction_timing import p90_entries
+from gateway.prediction_timing import prediction_entries
 from gateway.relay_state import HubMetrics, RelayState
 from gateway.reliability_metrics import ReliabilityMetrics
 from gateway.retry_budget import RetryAfterTable
@@ -254,8 +254,7 @@ class Relay:
         opened.entries[:0] = [TimingEntry("gw", gw_ms), TimingEntry("route", route_ms, policy)]
         insert_after(opened.entries, "upstream_ttfb", TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
-        opened.entries.extend(_prediction_entries(opened))
-        opened.entries.extend(p90_entries(walk.decision, opened.route.backend))
+        opened.entries.extend(prediction_entries(opened, walk.decision))
         name, later = opened.route.backend, opened.after_first_byte  # after the first write
         if opened.upstream_ttfb_ms is not None:
             later.append(partial(self.observed_ttft.record, name, opened.upstream_ttfb_ms))
@@ -385,18 +384,3 @@ def _error_for(failures: list[AttemptFailure], message: str) -> ApiError:
     if all(f.kind == "connect" or f.status == 503 for f in failures):
         return no_backend(message, retry_after or 1.0)
     return upstream_failed(message, 502, retry_after)
-
-
-def _prediction_entries(opened: OpenedStream) -> list[TimingEntry]:
-    """What routing predicted for the chosen backend, beside what happened: ``predicted_ttft``
-    with its terms in ``desc``, and ``cold_start`` on its own when one was expected."""
-    predicted = opened.route.predicted_ttft_ms
-    if predicted is None:
-        return []
-    terms = opened.predicted_terms_ms
-    desc = " ".join(f"{name}={value:.1f}" for name, value in terms.items() if value)
-    entries = [TimingEntry("predicted_ttft", predicted, desc or None)]
-    cold = terms.get("cold_start", 0.0)
-    if cold > 0:
-        entries.append(TimingEntry("cold_start", cold, "predicted"))
-    return entries
