@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from loadtests.emulator.engine import EventKind, SequenceRequest
 from loadtests.sim.fleet import SimBackend, build_fleet
+from loadtests.sim.observers import FirstTokenObservers
 from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
@@ -30,7 +31,6 @@ from routing.policies import build_router
 from routing.types import (
     Decision,
     FirstToken,
-    FirstTokenObserver,
     Observation,
     RequestProfile,
     Router,
@@ -78,12 +78,7 @@ class Simulation:
         self.signals = SignalModel(scenario, self.backends, trace.gateways)
         self._schedule = SignalSchedule(scenario.signals, self.backends, scenario.seed)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
-        # Per gateway: its router and whether it learns at the first token, asked once per
-        # router (a runtime Protocol's isinstance walks its attributes: 0.9% of a run when it
-        # was asked per first token); a router swapped in later is asked again.
-        self._observers: list[tuple[Router, FirstTokenObserver | None] | None] = [None] * len(
-            self.routers
-        )
+        self._observers = FirstTokenObservers(self.routers)
         self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
         self._ticks = StepTicks(
             [getattr(router, "step_clock", None) for router in self.routers],
@@ -295,7 +290,7 @@ class Simulation:
         """The first token reaches the gateway: the router learns the TTFT now, as the
         gateway's relay does, not at the end of the stream."""
         state = self._open[i]
-        router = self._first_token_observer(state.request.gateway)
+        router = self._observers.of(state.request.gateway)
         if router is not None:
             request = state.request
             router.observe_first_token(FirstToken(
@@ -305,14 +300,6 @@ class Simulation:
                 predicted_ttft_ms=state.predicted_ms,
             ))  # fmt: skip
             state.first_seen = True
-
-    def _first_token_observer(self, gateway: int) -> FirstTokenObserver | None:
-        router = self.routers[gateway]
-        known = self._observers[gateway]
-        if known is None or known[0] is not router:
-            observer = router if isinstance(router, FirstTokenObserver) else None
-            known = self._observers[gateway] = (router, observer)
-        return known[1]
 
     def _return(self, now: float, i: int) -> None:
         state = self._open.pop(i)
