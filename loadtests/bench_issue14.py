@@ -13,7 +13,8 @@ ratio is within one run; ``--variant`` adds predicted_ttft runs with policy para
 the scenario's own (say ``off:interactive_decode_weight=0,others_decode_weight=0``; a key
 ``signals.<field>`` varies the scenario's signals instead, say
 ``private:signals.shared_prefix_delay_s=null``), shown beside the shipped one; the goals judge the shipped configuration. ``--seeds N``: the
-scenario's own seed and N-1 more (seed + 10, + 20, ...). The simulator is deterministic per
+scenario's own seed and N-1 more (seed + 10, + 20, ...), judged together: a goal is met only
+where it holds on every seed. ``--jobs J`` runs J (scenario, seed) pairs side by side. The simulator is deterministic per
 seed, so the numbers do not depend on how busy the machine is. ``--acceptance`` also runs
 the acceptance test with real processes (leave / return through the emulator's
 ``/admin/rtt``, ~40 s) and adds its seconds as rows; without it, its command is printed. Table on stdout, JSON in ``loadtests/results/``.
@@ -26,6 +27,7 @@ import dataclasses
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +156,23 @@ def reproduce(argv: list[str]) -> str:
     return " ".join(["python -m loadtests.bench_issue14", *kept])
 
 
-def _markdown(rows: list[goals.GoalRow], tables: list[str], command: str) -> str:
+def _markdown(
+    rows: list[goals.GoalRow],
+    verdicts: list[goals.GoalRow],
+    tables: list[str],
+    command: str,
+    seeds: int,
+) -> str:
     mark = {True: "met", False: "**missed**", None: "-"}
+
+    def goal_table(found: list[goals.GoalRow]) -> list[str]:
+        return [
+            "| goal | scenario | | measured |",
+            "|---|---|---|---|",
+            *(f"| {_cell(r.goal)} | {r.scenario} | {mark[r.met]} | {_cell(r.measured)} |"
+              for r in found),
+        ]  # fmt: skip
+
     lines = [
         "# Issue 14: every goal, measured",
         "",
@@ -168,15 +185,53 @@ def _markdown(rows: list[goals.GoalRow], tables: list[str], command: str) -> str
         " no candidate meets the objective. All three stay in every table below.",
         f"- with real processes (rows 'acceptance', with `--acceptance`): `{ACCEPTANCE}`",
         "",
-        "| goal | scenario | | measured |",
-        "|---|---|---|---|",
     ]
-    lines += [
-        f"| {_cell(r.goal)} | {r.scenario} | {mark[r.met]} | {_cell(r.measured)} |" for r in rows
-    ]
+    if seeds > 1:
+        lines += [
+            f"## Over {seeds} seeds: a goal is met only where it holds on every seed",
+            "",
+            *goal_table(verdicts),
+            "",
+            "## Every seed",
+            "",
+        ]
+    lines += goal_table(rows)
     lines += ["", "Every policy, per scenario (`meridian sim` columns):", ""]
     lines += [f"```\n{text}\n```\n" for text in tables]
     return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SeedRun:
+    """One scenario on one seed: its goal rows, its policy table and its JSON."""
+
+    file: str
+    rows: list[goals.GoalRow]
+    table: str
+    payload: dict[str, Any]
+
+
+def run_seed(path: Path, k: int, variants: list[tuple[str, dict[str, Any]]]) -> SeedRun:
+    """Scenario ``path`` on its own seed + 10 k (a process pool's job: top level, picklable)."""
+    loaded = load_scenario(path)
+    if isinstance(loaded, ScenarioError):
+        raise SystemExit(loaded.message)
+    scenario = loaded.model_copy(update={"seed": loaded.seed + 10 * k})
+    label = path.name if k == 0 else f"{path.name} seed {scenario.seed}"
+    print(f"{label}:", flush=True)
+    summaries, ours = run_scenario(scenario, variants)
+    number = path.name.split("-", 1)[0]
+    found = goal_rows(label, number, scenario, summaries, ours)
+    if k:  # meridian sim runs a scenario's own seed only
+        again = f"python -m loadtests.bench_issue14 --scenarios {number} --seeds {k + 1}"
+        found = [dataclasses.replace(row, command=again) for row in found]
+    payload = {
+        "scenario": path.name,
+        "seed": scenario.seed,
+        "summaries": [s.as_dict() for s in summaries],
+        "goals": [r.as_dict() for r in found],
+    }
+    return SeedRun(path.name, found, f"{label}\n{table(summaries)}", payload)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", nargs="*", help="scenario numbers (default: all)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per scenario")
     parser.add_argument("--variant", action="append", help="NAME:key=value,... (repeatable)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="(scenario, seed) runs side by side, one process each"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument(
         "--acceptance", action="store_true", help=f"also run {ACCEPTANCE_TEST} (real processes)"
@@ -191,46 +249,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
     args = parser.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant or ()]
-    rows: list[goals.GoalRow] = []
-    tables: list[str] = []
-    payload: list[dict[str, Any]] = []
-    for path in shipped(args.scenarios):
-        loaded = load_scenario(path)
-        if isinstance(loaded, ScenarioError):
-            raise SystemExit(loaded.message)
-        for k in range(args.seeds):
-            scenario = loaded.model_copy(update={"seed": loaded.seed + 10 * k})
-            label = path.name if k == 0 else f"{path.name} seed {scenario.seed}"
-            print(f"{label}:", flush=True)
-            summaries, ours = run_scenario(scenario, variants)
-            number = path.name.split("-", 1)[0]
-            found = goal_rows(label, number, scenario, summaries, ours)
-            if k:  # meridian sim runs a scenario's own seed only
-                again = f"python -m loadtests.bench_issue14 --scenarios {number} --seeds {k + 1}"
-                found = [dataclasses.replace(row, command=again) for row in found]
-            rows += found
-            text = f"{label}\n{table(summaries)}"
-            tables.append(text)
-            print(text, flush=True)
-            payload.append(
-                {
-                    "scenario": path.name,
-                    "seed": scenario.seed,
-                    "summaries": [s.as_dict() for s in summaries],
-                    "goals": [r.as_dict() for r in found],
-                }
-            )
+    paths = [path for path in shipped(args.scenarios) for _ in range(args.seeds)]
+    offsets = [k for _ in shipped(args.scenarios) for k in range(args.seeds)]
+    # Each (scenario, seed) is deterministic and independent: run them side by side, kept in
+    # order. Progress lines of parallel runs interleave; the tables print in order below.
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = list(pool.map(run_seed, paths, offsets, [variants] * len(paths)))
+    rows = [row for seeded in done for row in seeded.rows]
+    tables = [seeded.table for seeded in done]
+    for text in tables:
+        print(text, flush=True)
+    payload = [seeded.payload for seeded in done]
+    verdicts = goals.over_seeds([(seeded.file, seeded.rows) for seeded in done])
     if args.acceptance:
         rows += run_acceptance()
     print()
     print(goals.table(rows))
+    if args.seeds > 1:
+        print()
+        print(goals.table(verdicts))
     if not args.acceptance:
         print(f"  {ACCEPTANCE}  (real processes, --acceptance: leave / return via the emulator)")
     write_results(args.out, "bench-issue14", {"variants": dict(variants), "runs": payload})
     if args.markdown is not None:
         command = reproduce(sys.argv[1:] if argv is None else argv)
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(_markdown(rows, tables, command))
+        args.markdown.write_text(_markdown(rows, verdicts, tables, command, args.seeds))
         print(f"wrote {args.markdown}")
     return 0
 

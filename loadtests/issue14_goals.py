@@ -225,3 +225,22 @@ def table(rows: Sequence[GoalRow]) -> str:
     ]
     commands = dict.fromkeys(r.command for r in rows)
     return "\n".join([*lines, "", "commands:", *(f"  {c}" for c in commands)])
+
+
+def over_seeds(runs: list[tuple[str, list[GoalRow]]]) -> list[GoalRow]:
+    """One row per (goal, scenario file) across its seeds: met only where every judgement on
+    every seed met it (the e2e goal sits at parity, and one seed's "met" is noise). A goal can
+    be judged more than once a seed (scenario 5 degrades two paths)."""
+    grouped: dict[tuple[str, str], list[GoalRow]] = {}
+    seeds: dict[str, int] = {}
+    for file, rows in runs:
+        seeds[file] = seeds.get(file, 0) + 1
+        for row in rows:
+            grouped.setdefault((row.goal, file), []).append(row)
+    verdicts: list[GoalRow] = []
+    for (goal, file), found in grouped.items():
+        judged = [row.met for row in found if row.met is not None]
+        met = all(judged) if judged else None
+        measured = f"met {sum(judged)} of {len(judged)} times over {seeds[file]} seeds"
+        verdicts.append(GoalRow(goal, file, measured, met, found[0].command))
+    return verdicts

@@ -163,3 +163,22 @@ def test_a_variant_varies_the_policys_params_and_with_signals_keys_the_scenarios
     assert varied.signals.engine_counters  # the rest of the signals as they were
     assert varied.policy_params["predicted_ttft"]["others_prefill_weight"] == 0.5
     assert variant_scenario(scenario, {}).signals == scenario.signals
+
+
+def test_over_seeds_a_goal_is_met_only_where_every_seed_met_it() -> None:
+    def row(goal: str, met: bool | None) -> goals.GoalRow:
+        return goals.GoalRow(goal, FILE, "measured", met, "command")
+
+    runs = [
+        (FILE, [row("e2e", True), row("leave", True), row("leave", True), row("s3", None)]),
+        (FILE, [row("e2e", False), row("leave", True), row("leave", True), row("s3", None)]),
+        ("1-y.yaml", [row("e2e", True)]),
+    ]
+    verdicts = {(v.goal, v.scenario): v for v in goals.over_seeds(runs)}
+    assert verdicts["e2e", FILE].met is False
+    assert verdicts["e2e", FILE].measured == "met 1 of 2 times over 2 seeds"
+    assert verdicts["leave", FILE].met is True  # two paths a seed: four judgements
+    assert verdicts["leave", FILE].measured == "met 4 of 4 times over 2 seeds"
+    assert verdicts["s3", FILE].met is None  # nothing to judge on any seed
+    assert verdicts["e2e", "1-y.yaml"].met is True
+    assert verdicts["e2e", "1-y.yaml"].measured == "met 1 of 1 times over 1 seeds"
