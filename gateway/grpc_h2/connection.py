@@ -46,6 +46,37 @@ _H2_CONFIG = h2.config.H2Configuration(
 )
 
 
+class _RefusingH2Connection(h2.connection.H2Connection):
+    """h2 answers a stream beyond SETTINGS_MAX_CONCURRENT_STREAMS with TooManyStreamsError, a
+    ProtocolError: ``receive_data`` then queues GOAWAY, drops the events of the frames before it
+    in the read and never decodes the block (HPACK's table would be out of step with the
+    client's). RFC 9113 5.1.2 allows a stream error instead: the stream is taken in as usual (the
+    block decoded, the stream id used), reset REFUSED_STREAM (which a gRPC client retries), and
+    the rest of the read and the connection go on."""
+
+    _admitting = False  # the one over-limit HEADERS frame being taken in to be refused
+
+    @property
+    def open_inbound_streams(self) -> int:
+        return 0 if self._admitting else super().open_inbound_streams
+
+    def _receive_headers_frame(self, frame: Any) -> tuple[list[Any], list[Any]]:
+        # A private h2 method (4.1 to 4.4), the one place the limit is checked; h2's frame
+        # dispatch table holds the bound method, so this override is what receive_data calls.
+        try:
+            return super()._receive_headers_frame(frame)
+        except h2.exceptions.TooManyStreamsError:
+            pass
+        self._admitting = True
+        try:
+            frames, _ = super()._receive_headers_frame(frame)
+        finally:
+            self._admitting = False
+        # The stream's events are dropped: the engine never sees a call it did not accept.
+        self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+        return frames, []
+
+
 class _PlainEncoder(hpack.Encoder):
     """Header values without Huffman coding: a few more bytes per header block, and none of
     pure-Python Huffman's CPU (most of HPACK's time per call in a profile)."""
@@ -67,7 +98,7 @@ class GrpcConnection(asyncio.Protocol):
         self.server = server
         self.limits = server.limits
         self.loop = asyncio.get_running_loop()
-        self.h2 = h2.connection.H2Connection(_H2_CONFIG)
+        self.h2 = _RefusingH2Connection(_H2_CONFIG)
         self.h2.encoder = _PlainEncoder()
         self.calls: dict[int, Call] = {}
         self.peer = ""

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import h2.errors
 import h2.events
+import h2.settings
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -290,4 +291,44 @@ async def test_a_message_larger_than_a_frame_is_sent_in_frames_without_waiting()
             raw = raw[5 + size :]
         assert [len(c.choices[0].delta.content) for c in contents] == [5, 40_000]
         assert client.header_blocks(1)[-1][b"grpc-status"] == b"0"
+        await client.close()
+
+
+async def test_a_stream_beyond_the_limit_is_refused_and_the_connection_goes_on() -> None:
+    backend = GatedBackend(_token("Hello"), _token(" world"))
+    async with h2_server(backend, H2Limits(max_concurrent_streams=2)) as (running, _):
+        client = await RawClient.connect(running.port)
+        # The raw client would enforce the server's limit itself: lift it on the client's side.
+        codes = h2.settings.SettingCodes
+        settings = {codes(code): value for code, value in client.h2.remote_settings.items()}
+        settings[codes.MAX_CONCURRENT_STREAMS] = 100
+        client.h2.remote_settings = h2.settings.Settings(client=False, initial_values=settings)
+        body = grpc_frame(chat(max_tokens=5).SerializeToString())
+        for stream_id in (1, 3, 5):  # all in one write: the third is one over the limit
+            client.h2.send_headers(stream_id, request_headers())
+            client.h2.send_data(stream_id, body, end_stream=True)
+        client.h2.ping(b"after-it")  # a frame behind the refused one, in the same read
+        client.flush()
+        await client.until(
+            lambda: (
+                client.seen(h2.events.StreamReset, 5)
+                and client.seen(h2.events.PingAckReceived)
+                and client.seen(h2.events.DataReceived, 1)
+                and client.seen(h2.events.DataReceived, 3)
+            )
+        )
+        reset = next(e for e in client.events if isinstance(e, h2.events.StreamReset))
+        assert (reset.stream_id, reset.error_code) == (5, h2.errors.ErrorCodes.REFUSED_STREAM)
+        assert not client.seen(h2.events.ResponseReceived, 5)
+        backend.gate.set()
+        await client.until(
+            lambda: client.seen(h2.events.StreamEnded, 1) and client.seen(h2.events.StreamEnded, 3)
+        )
+        # A call after them on the same connection: still open, and HPACK still in step (the
+        # refused block was decoded, so the client's dynamic-table entries match the server's).
+        await _send_chat(client, 7)
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 7))
+        for stream_id in (1, 3, 7):
+            assert client.header_blocks(stream_id)[-1][b"grpc-status"] == b"0"
+        assert not client.seen(h2.events.ConnectionTerminated)
         await client.close()
