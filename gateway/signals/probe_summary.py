@@ -24,8 +24,10 @@ class ProbeSummary:
     """Everything the probes know about one backend, as of ``last_probe_at``."""
 
     backend: str
-    rtt_ms: float | None = None  # EWMA of pooled round trips (fresh if no pooled sample yet)
+    rtt_ms: float | None = None  # pooled estimate (fresh if no pooled sample yet)
+    # Robust EWMA of pooled round trips (gateway/signals/rtt_floor.py): upward spikes clamped.
     pooled_ms: float | None = None
+    pooled_window: tuple[float, ...] = ()  # the last raw pooled samples, bounding the estimate
     fresh_ms: float | None = None
     connect_ms: float | None = None
     last_probe_at: float | None = None
@@ -39,6 +41,11 @@ class ProbeSummary:
     last_canary_at: float | None = None
     last_canary_error: SignalError | None = None
     cold_starts: tuple[ColdStartObservation, ...] = field(default=())
+
+    @property
+    def rtt_floor_ms(self) -> float | None:
+        """The least recent pooled round trip: what the network itself costs, at most."""
+        return min(self.pooled_window) if self.pooled_window else None
 
 
 def ewma(previous: float | None, sample: float | None, alpha: float) -> float | None:

@@ -40,6 +40,7 @@ from gateway.signals.probe_summary import (
     ProbeSummary,
     ewma,
 )
+from gateway.signals.rtt_floor import RobustRtt, update
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
 
@@ -179,9 +180,13 @@ class Prober:
         if isinstance(fresh, TimedRequest) and fresh.status < 500:
             fresh_ms, connect_ms = fresh.total_ms, fresh.connect_ms
         consecutive = old.consecutive_failures + 1 if failed else 0
+        # Only pooled samples get the spike guard: they are what routed requests pay, and
+        # fresh ones carry connect-time noise of their own.
+        robust = update(RobustRtt(old.pooled_ms, old.pooled_window), pooled_ms, alpha)
         summary = replace(
             old,
-            pooled_ms=ewma(old.pooled_ms, pooled_ms, alpha),
+            pooled_ms=robust.estimate_ms,
+            pooled_window=robust.window,
             fresh_ms=ewma(old.fresh_ms, fresh_ms, alpha),
             connect_ms=ewma(old.connect_ms, connect_ms, alpha),
             last_probe_at=now,
