@@ -44,7 +44,7 @@ class ProbeSummary:
 
     @property
     def rtt_floor_ms(self) -> float | None:
-        """The least recent pooled round trip: what the network itself costs, at most."""
+        """The least of the recent pooled round trips: what the network itself costs, at most."""
         return min(self.pooled_window) if self.pooled_window else None
 
 
