@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## Debian tools the tests drive: redis-server (shared state), promtool (metrics and rules),
-## chromium and its driver (the status page).
+## chromium and its driver (the status page), podman (podman-compose config checks the compose
+## file through it; image-test adds buildah, runc and the rest to build and run containers).
 setup: $(STAMP)
 	sh scripts/install_debian_packages.sh redis-server=redis-server redis-cli=redis-tools \
-		promtool=prometheus chromium=chromium chromedriver=chromium-driver openssl=openssl
+		promtool=prometheus chromium=chromium chromedriver=chromium-driver openssl=openssl \
+		podman=podman
 	PYTHON=$(PYTHON) sh scripts/install_deploy_tools.sh
 
 ## Run the embedded default: the gateway in front of an emulated three-region fleet.
