@@ -80,10 +80,6 @@ class Simulation:
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
         self._observers = FirstTokenObservers(self.routers)
         self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
-        self._rtt_ms = [
-            [scenario.rtt(gateway.region, backend.region) for backend in self.backends]
-            for gateway in self.signals.gateways
-        ]
         self._ticks = StepTicks(
             [getattr(router, "step_clock", None) for router in self.routers],
             [b.name for b in self.backends], self._one_way_s,
@@ -286,9 +282,9 @@ class Simulation:
         self._touched(backend, now)
 
     def _one_way_s(self, gateway: int, b: int) -> float:
-        # The step ticks ask this per streaming gateway per step end: the regions' round trip
-        # comes from a table built once (the same sum, so the same bits as asking the matrix).
-        return (self._rtt_ms[gateway][b] + self.backends[b].path_extra_ms) / 2000.0
+        backend = self.backends[b]
+        region = self.signals.gateways[gateway].region
+        return (self.scenario.rtt(region, backend.region) + backend.path_extra_ms) / 2000.0
 
     def _first(self, now: float, i: int) -> None:
         """The first token reaches the gateway: the router learns the TTFT now, as the

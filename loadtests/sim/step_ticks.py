@@ -24,8 +24,7 @@ class StepTicks:
         self.active = any(clock is not None for clock in clocks)
         self._names = list(names)
         self._one_way_s = one_way_s  # (gateway, backend) -> the path's one-way time now
-        # Answers streaming, per backend then gateway: a step end walks one backend's row.
-        self._streams = [[0] * len(self._clocks) for _ in names]
+        self._streams = [[0] * len(names) for _ in clocks]  # answers streaming, per backend
         self._handed = [float("-inf")] * len(names)  # the step end last handed in
 
     def ended(self, backend: int, end: float) -> None:
@@ -35,13 +34,10 @@ class StepTicks:
             return
         self._handed[backend] = end
         name = self._names[backend]
-        clocks = self._clocks
-        for gateway, streaming in enumerate(self._streams[backend]):
-            if streaming:
-                clock = clocks[gateway]
-                if clock is not None:
-                    clock.seen(name, end + self._one_way_s(gateway, backend))
+        for gateway, clock in enumerate(self._clocks):
+            if clock is not None and self._streams[gateway][backend]:
+                clock.seen(name, end + self._one_way_s(gateway, backend))
 
     def streaming(self, gateway: int, backend: int, more: int) -> None:
         """An answer from ``backend`` to ``gateway`` began (+1) or ended (-1)."""
-        self._streams[backend][gateway] += more
+        self._streams[gateway][backend] += more
