@@ -249,12 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("loadtests/results"))
     args = parser.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant or ()]
-    paths = [path for path in shipped(args.scenarios) for _ in range(args.seeds)]
-    offsets = [k for _ in shipped(args.scenarios) for k in range(args.seeds)]
+    pairs = [(path, k) for path in shipped(args.scenarios) for k in range(args.seeds)]
     # Each (scenario, seed) is deterministic and independent: run them side by side, kept in
     # order. Progress lines of parallel runs interleave; the tables print in order below.
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = list(pool.map(run_seed, paths, offsets, [variants] * len(paths)))
+        jobs = [pool.submit(run_seed, path, k, variants) for path, k in pairs]
+        done = [job.result() for job in jobs]
     rows = [row for seeded in done for row in seeded.rows]
     tables = [seeded.table for seeded in done]
     for text in tables:
