@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.signals.errors import SignalError
+from gateway.signals.rtt_floor import RobustRtt
 
 COLD_STARTS_KEPT = 8
 
@@ -45,7 +46,7 @@ class ProbeSummary:
     @property
     def rtt_floor_ms(self) -> float | None:
         """The least of the recent pooled round trips: what the network itself costs, at most."""
-        return min(self.pooled_window) if self.pooled_window else None
+        return RobustRtt(self.pooled_ms, self.pooled_window).floor_ms
 
 
 def ewma(previous: float | None, sample: float | None, alpha: float) -> float | None:

@@ -364,9 +364,15 @@ async def backend_total(
 ) -> float:
     """A /metrics sample summed over every series of ``backend`` (whatever its other labels)."""
     async with session.get(f"{admin_of(gateway)}/metrics") as resp:
-        text = await resp.text()
+        return backend_sum(await resp.text(), sample, backend)
+
+
+def backend_sum(text: str, sample: str, backend: str, *labels: str) -> float:
+    """``sample`` in a /metrics text, summed over the series of ``backend`` that carry every
+    one of ``labels`` (``'le="0.1"'``, say)."""
+    wanted = (f'backend="{backend}"', *labels)
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(sample + "{") and f'backend="{backend}"' in line:
+        if line.startswith(sample + "{") and all(label in line for label in wanted):
             total += float(line.rsplit(" ", 1)[1])
     return total

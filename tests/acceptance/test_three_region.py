@@ -26,6 +26,7 @@ from tests.acceptance.conftest import Launch, Stack
 from tests.acceptance.harness import (
     Served,
     admin_of,
+    backend_sum,
     backend_total,
     chat,
     explain,
@@ -218,17 +219,15 @@ SLOW_PROBE_S = 0.1  # a bucket bound of meridian_probe_rtt_seconds: 2 ms paths b
 
 async def _slow_probes_ended(session: aiohttp.ClientSession, gateway: str, backend: str) -> int:
     """Probes of ``backend`` that measured a round trip above SLOW_PROBE_S (pooled: the test's
-    gateway measures no fresh ones), from the histogram's count less its bucket."""
+    gateway measures no fresh ones), from the histogram's count less its bucket, both from one
+    /metrics read (two reads would count a probe ending between them on one side only)."""
     async with session.get(f"{admin_of(gateway)}/metrics") as resp:
         text = await resp.text()
-    series = f'backend="{backend}",connection="pooled"'
-    bucket = "meridian_probe_rtt_seconds_bucket{"
-    count = below = 0.0
-    for line in text.splitlines():
-        if line.startswith("meridian_probe_rtt_seconds_count{") and series in line:
-            count += float(line.rsplit(" ", 1)[1])
-        elif line.startswith(bucket) and series in line and f'le="{SLOW_PROBE_S}"' in line:
-            below += float(line.rsplit(" ", 1)[1])
+    pooled = 'connection="pooled"'
+    count = backend_sum(text, "meridian_probe_rtt_seconds_count", backend, pooled)
+    below = backend_sum(
+        text, "meridian_probe_rtt_seconds_bucket", backend, pooled, f'le="{SLOW_PROBE_S}"'
+    )
     return int(count - below)
 
 
