@@ -14,6 +14,17 @@ prediction (the full learned offset) is within ``deadline_share`` of its deadlin
 exploration can miss a deadline the router expected to meet. ``explain`` shows what the next
 decision would explore without spending anything.
 
+Re-measuring a backend that stays slow costs each time (in s7, a path 300 ms slower for good,
+0.84% of requests paid it, and they were the TTFT p99). So explorations of one backend are counted
+in a row while each finds its learned offset still at least half what the previous one found;
+beyond ``backoff_after`` of them, each further one doubles that backend's horizon, up to
+``backoff_max`` times ``horizon_s``: the doubt grows more slowly, so the re-measurements thin
+out. An offset under half of the last one starts the count again, and so does a decision
+that chooses the backend on its merits. The first ``backoff_after``
+keep the base horizon, so a short degradation (15 s in scenarios 5 and 6) is found
+recovered as quickly as without the back-off; a backend slow for minutes is found recovered
+within about ``backoff_max`` horizons (decay of the offset itself shortens that).
+
 A committed decision whose check found nothing worth exploring makes the next check wait
 ``recheck_s``: ages grow by seconds against ``after_s`` and scores move little from one request
 to the next, while the check is a dozen array operations (~9 us) on every decision once the
@@ -45,6 +56,16 @@ class ExploreParams:
     within_rel: float = 0.5  # ...or this fraction of it
     deadline_share: float = 0.5  # a deadline must leave this much room beyond the prediction
     recheck_s: float = 0.0  # a committed check that found nothing is not repeated for this long
+    backoff_after: int = 2  # explorations in a row, the offset held, before the horizon grows
+    backoff_max: float = 8.0  # ...doubling each time, up to this many times ``horizon_s``
+
+
+@dataclass(frozen=True, slots=True)
+class _Streak:
+    """A backend's explorations in a row, each finding its learned offset still there."""
+
+    confirmed: int  # the first counts
+    offset_ms: float  # the positive offset when it was last explored
 
 
 @quick_init
@@ -54,11 +75,14 @@ class Exploration:
     row: int
     age_s: float
     doubted_ms: float  # offset not believed in the optimistic bound
+    offset_ms: float  # the whole positive offset
+    horizon_s: float  # the age at which all of it is doubted (grown by the back-off)
 
     def describe(self, backend: str) -> str:
         return (
             f"exploring {backend}: evidence {self.age_s:.1f} s old, "
-            f"{self.doubted_ms:.0f} ms of its learned offset doubted"
+            f"{self.doubted_ms:.0f} ms of its learned offset doubted "
+            f"(all of it at {self.horizon_s:.0f} s)"
         )
 
 
@@ -71,6 +95,31 @@ class Explorer:
         self.quiet_until = -float("inf")  # no check before then (the last one found nothing)
         self.checks = 0  # full checks run (decide and explain)
         self._found_nothing_at: float | None = None  # the latest check's, until committed
+        self._streaks: dict[int, _Streak] = {}  # by row of ``_layout``
+        self._layout: object = None  # the view the rows of ``_streaks`` belong to
+        self._found: Exploration | None = None  # the latest check's candidate, until committed
+
+    def horizon_s(self, row: int, offset_ms: float) -> float:
+        """The age at which all of ``row``'s positive offset ``offset_ms`` is doubted."""
+        p = self.params
+        streak = self._streaks.get(row)
+        if streak is None or offset_ms < 0.5 * streak.offset_ms:
+            return p.horizon_s
+        doublings = streak.confirmed - p.backoff_after
+        if doublings <= 0:
+            return p.horizon_s
+        return p.horizon_s * min(2.0 ** min(doublings, 64), p.backoff_max)  # 2.0**1024 raises
+
+    def _horizons(self, rows: Rows, everyone: bool, positive: F64) -> F64 | float:
+        """``horizon_s`` of each of ``rows`` (a float when none has a streak)."""
+        if not self._streaks:
+            return self.params.horizon_s
+        horizons = np.full(len(rows), self.params.horizon_s)
+        for row in self._streaks:
+            for position in [row] if everyone else (rows == row).nonzero()[0].tolist():
+                if position < len(rows):
+                    horizons[position] = self.horizon_s(row, float(positive[position]))
+        return horizons
 
     def candidate(
         self,
@@ -83,7 +132,7 @@ class Explorer:
     ) -> Exploration | None:
         """The eligible row worth re-measuring now, if the budget allows one."""
         p = self.params
-        if not self._checks(len(rows), now):
+        if not self._checks(len(rows), now, learned):
             return None
         # Only a row within the bound once its whole positive offset is doubted can fit (its
         # doubted part is at most that, in floats too), and in a spread fleet those are few:
@@ -103,8 +152,9 @@ class Explorer:
             return found
         age = now - (learned_at if everyone else learned_at[rows])  # NaN: never observed
         stale = age >= p.after_s
-        doubted = positive
-        doubted *= np.minimum(age / p.horizon_s, 1.0)
+        horizons = self._horizons(rows, everyone, positive)
+        doubted = positive.copy()
+        doubted *= np.minimum(age / horizons, 1.0)
         fits = scores - doubted <= bound
         fits &= stale
         fits &= scores > best
@@ -117,9 +167,12 @@ class Explorer:
         self._found_nothing_at = None
         positions = fits.nonzero()[0]
         position = int(positions[np.argmax(age[positions])])
-        return Exploration(
-            position, int(rows[position]), float(age[position]), float(doubted[position])
-        )
+        horizon = horizons if isinstance(horizons, float) else float(horizons[position])
+        found = self._found = Exploration(
+            position, int(rows[position]), float(age[position]), float(doubted[position]),
+            float(positive[position]), horizon,
+        )  # fmt: skip
+        return found
 
     def candidate_rows(
         self,
@@ -131,7 +184,7 @@ class Explorer:
         now: float,
     ) -> Exploration | None:
         """``candidate`` for the scalar path: ``scores`` and ``ttft_ms`` aligned with ``rows``."""
-        if not self._checks(len(rows), now):
+        if not self._checks(len(rows), now, learned):
             return None
         p = self.params
         best = min(scores)
@@ -166,27 +219,34 @@ class Explorer:
             if not age >= p.after_s:  # NaN (never observed): nothing to doubt
                 continue
             score = float(scores[position])
-            doubted = max(bias.item(row), 0.0) * min(age / p.horizon_s, 1.0)
+            offset = max(bias.item(row), 0.0)
+            horizon = self.horizon_s(row, offset)
+            doubted = offset * min(age / horizon, 1.0)
             if score - doubted <= bound and score > best:
                 if room_ms is not None and not ttft_ms[position] <= room_ms:
                     continue
                 if found is None or age > found.age_s:  # the oldest evidence first
-                    found = Exploration(position, row, age, doubted)
+                    found = Exploration(position, row, age, doubted, offset, horizon)
         if found is not None:
             self._found_nothing_at = None
+            self._found = found
         return found
 
-    def _checks(self, eligible: int, now: float) -> bool:
+    def _checks(self, eligible: int, now: float, learned: LearnedColumns) -> bool:
         """Whether a check runs now (counted; until committed, it found nothing)."""
         self._found_nothing_at = None
+        self._found = None
+        if learned.view is not self._layout:  # rows renumbered: streaks of other backends
+            self._layout = learned.view
+            self._streaks.clear()
         if self.credit < 1.0 or eligible < 2 or now < self.quiet_until:
             return False
         self.checks += 1
         self._found_nothing_at = now
         return True
 
-    def committed(self, explored: bool) -> None:
-        """One decision was committed; ``explored``: it went to the exploration candidate."""
+    def committed(self, explored: bool, row: int) -> None:
+        """One decision was committed, to ``row``; ``explored``: the exploration candidate."""
         p = self.params
         self.decisions += 1
         self.credit = min(self.credit + p.share, p.burst)
@@ -196,3 +256,14 @@ class Explorer:
         if explored:
             self.credit -= 1.0
             self.explored += 1
+            if self._found is not None:
+                self._confirm(self._found.row, self._found.offset_ms)
+        elif self._streaks:  # chosen on its merits: no longer avoided, its streak is over
+            self._streaks.pop(row, None)
+        self._found = None
+
+    def _confirm(self, row: int, offset_ms: float) -> None:
+        """An exploration of ``row`` committed, its offset ``offset_ms`` when chosen."""
+        streak = self._streaks.get(row)
+        held = streak is not None and offset_ms >= 0.5 * streak.offset_ms
+        self._streaks[row] = _Streak(streak.confirmed + 1 if held and streak else 1, offset_ms)

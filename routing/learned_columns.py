@@ -38,6 +38,11 @@ class LearnedColumns:
         self.learned_at: F64 = empty  # NaN: nothing observed
         self._peer_rows: dict[tuple[object, ...], list[int]] = {}  # peer_key -> view rows
 
+    @property
+    def view(self) -> FleetView | None:
+        """The view the columns are aligned with (a new one: a new layout of rows)."""
+        return self._view
+
     def sync(self, view: FleetView) -> Sequence[int] | None:
         """Bring the columns up to date; the rows rewritten, or None when all were."""
         rows: Sequence[int]

@@ -116,6 +116,7 @@ class PredictedTTFTScorer:
                 share=params.explore_share, after_s=params.explore_after_s,
                 horizon_s=params.explore_horizon_s, within_ms=params.explore_within_ms,
                 within_rel=params.explore_within_rel, recheck_s=params.explore_recheck_s,
+                backoff_after=params.explore_backoff_after, backoff_max=params.explore_backoff_max,
             )
         )  # fmt: skip
         self.prewarm = PrewarmParams(params.prewarm_share, params.prewarm_after)
@@ -242,7 +243,7 @@ class PredictedTTFTScorer:
 
     def _committed(self, view: FleetView, profile: RequestProfile, now: float, row: int) -> None:
         explore = self._exploring
-        self.explorer.committed(explore is not None and explore.row == row)
+        self.explorer.committed(explore is not None and explore.row == row, row)
         if profile.prefix_hashes:
             # Optimistic: the next request with this prefix will queue behind this one anyway.
             record(self.index, view.names[row], profile.prefix_hashes, profile.block_tokens, now)

@@ -109,6 +109,19 @@ class PredictedTTFTParams(CommonParams):
         description="after a decision found no backend worth re-measuring, look again only "
         "this much later (0: at every decision); the look costs ~9 us a decision",
     )
+    explore_backoff_after: int = Field(
+        default=2,
+        ge=0,
+        description="explorations of a backend in a row that find its learned offset still "
+        "there (at least half the last one's) before each further one doubles its horizon",
+    )
+    explore_backoff_max: float = Field(
+        default=8.0,
+        ge=1,
+        description="the horizon grows up to this many times explore_horizon_s (1: no "
+        "back-off): a backend slow for minutes is re-measured less often, and found "
+        "recovered within about this many horizons",
+    )
     keep_warm_margin_ms: float = Field(
         default=50.0,
         ge=0,

@@ -3,6 +3,7 @@ and wins its traffic back once it recovers; no exploration risks a tight deadlin
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -99,3 +100,47 @@ def test_one_backend_or_fresh_evidence_is_nothing_to_explore() -> None:
     only = fleet(state("near", rtt_ms=5.0, running=0, waiting=0, as_of=0.0))
     for i in range(100):
         assert not router.decide(profile(), only, i * 0.01).explored
+
+
+def _explored_at(log: list[tuple[float, str, bool]]) -> list[float]:
+    return [t for t, b, e in log if e and b == "near"]
+
+
+def test_explorations_of_a_backend_that_stays_slow_thin_out() -> None:
+    """Scenario 7's finding: re-measuring a path 300 ms slower for good every ~8 s cost 0.84% of
+    requests, and they were its TTFT p99. After ``explore_backoff_after`` explorations that
+    find the offset still there, each further one waits for a doubled horizon (up to 8x)."""
+    steps = 4800  # 240 s
+    flat = build_router("predicted_ttft", {"explore_share": 0.02, "explore_backoff_max": 1}, 0)
+    grown = build_router("predicted_ttft", {"explore_share": 0.02}, 0)
+    flat_at = _explored_at(_run(flat, _degraded(5.0, 1e9), steps, profile()))
+    grown_at = _explored_at(_run(grown, _degraded(5.0, 1e9), steps, profile()))
+    flat_gaps = [b - a for a, b in itertools.pairwise(flat_at)]
+    gaps = [b - a for a, b in itertools.pairwise(grown_at)]
+    assert len(flat_gaps) >= 10 and max(flat_gaps) <= 1.5 * min(flat_gaps)  # no back-off: even
+    assert grown_at[:3] == flat_at[:3]  # the first two keep the base horizon
+    assert gaps[2] >= 1.5 * gaps[0] and gaps[3] >= 1.5 * gaps[2]  # then it doubles...
+    assert max(gaps) <= 8.0 * 10.0  # ...up to 8 horizons of 10 s
+    assert len(grown_at) <= 0.5 * len(flat_at)
+
+
+def test_a_backend_slow_for_minutes_is_found_recovered_within_the_grown_horizon() -> None:
+    router = build_router("predicted_ttft", {"explore_share": 0.02}, 0)
+    log = _run(router, _degraded(5.0, 125.0), 4800, profile())
+    assert len(_explored_at([x for x in log if x[0] < 125.0])) >= 5  # the back-off was reached
+    back_at = next(t for t, b, _ in log if t >= 125.0 and b == "near")
+    assert back_at - 125.0 <= 80.0  # at most 8 horizons of 10 s
+    settled = [b for t, b, _ in log if back_at + 1.0 <= t]
+    assert settled.count("near") >= 0.95 * len(settled)
+
+
+def test_a_recovery_ends_the_streak() -> None:
+    """Two slow spells with a recovery between: the second is explored at the base horizon,
+    not at the first spell's grown one."""
+    router = build_router("predicted_ttft", {"explore_share": 0.02}, 0)
+    slow = lambda now: 400.0 if 5.0 <= now < 125.0 or now >= 230.0 else 0.0  # noqa: E731
+    log = _run(router, slow, 6000, profile())  # 300 s
+    back_at = next(t for t, b, _ in log if t >= 125.0 and b == "near")
+    assert back_at < 230.0  # back before the second spell
+    second = _explored_at([x for x in log if x[0] >= 230.0])
+    assert second and second[0] - 230.0 <= 10.0  # one base horizon, not eight
