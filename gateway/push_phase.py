@@ -30,7 +30,11 @@ Each read runs here on cold caches at low concurrency, so the sink does inline w
 a Python call a read: the ReadWatch's restart (``ReadWatch.since``), and for a pass-through
 codec the door's pusher and ``SseWriter.push`` (it frames the read's bytes as one HTTP/1.1
 chunk and writes them to the client's transport itself: :class:`~gateway.sse_writer.RawOut`).
-An encoding codec (and a test's recorder) goes through :meth:`Pusher.__call__`.
+An encoding codec (and a test's recorder) goes through :meth:`Pusher.__call__`. For a
+pass-through codec, a read that is one whole one-line data event with nothing pending before
+it (an engine's usual read at low concurrency) is checked from its data bytes
+(``Grammar.plain_data``) and written as it came: no splitter, no ``SseEvent``, no ``_check``.
+Any other read, and any event the byte pre-check cannot vouch for, goes the general way.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class PushSink:
         "_check",
         "_exchange",
         "_out",
+        "_plain",
         "_push",
         "_splitter",
         "_watch",
@@ -84,6 +89,7 @@ class PushSink:
         self._push = push
         self._watch = exchange._watch()  # each read restarts its wait (since, inline)
         self._check = exchange._check
+        self._plain = exchange.grammar.plain_data  # the byte pre-check, before any SseEvent
         self._out: RawOut | None = None  # set by reset(): the push is ready by then
         self.held: list[SseEvent] = []  # events handed back to the task (the stream's end)
         self.failure: BaseException | None = None  # raised by the task after ``held``
@@ -98,40 +104,60 @@ class PushSink:
         exchange = self._exchange
         exchange.consumed += len(chunk)
         watch = self._watch
-        watch.since = perf_counter()  # ReadWatch.reading, inline: the next read's wait starts
+        watch.since = now = perf_counter()  # ReadWatch.reading, inline: the next read's wait
         if watch.parked:  # the deadline passed between reads: reading() fires it
             watch.reading()
         if exchange.tick is not None:  # a step end, seen (gateway/step_feed.py)
             exchange.tick(monotonic())
-        try:
-            events = self._splitter.feed(chunk)
-        except ValueError as exc:
-            self.failure = StreamBroken("upstream_malformed", str(exc))
-            return False
-        batch: list[SseEvent] = []
-        check = self._check
-        try:
-            for event in events:
-                if event.data is None and exchange._took_timing(event):
-                    continue  # a comment never ends, breaks or counts in any grammar
-                check(event, ended=False)
-                batch.append(event)
-                if exchange.saw_done:  # the door writes them with the summary and terminator
-                    self.held = batch
-                    return False
-        except Exception as exc:  # StreamBroken; anything else is raised by the task too
-            self.failure = exc
-        if not batch:
-            return self.failure is None
         out = self._out
-        try:
+        splitter = self._splitter
+        if (  # an engine's usual read: one whole one-line data event, nothing pending before it
+            out is not None
+            and not splitter.partial
+            and chunk[:5] == b"data:"
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk.endswith(b"\n\n")
+            and b"\r" not in chunk
+            and (plain := self._plain(chunk[6:-2] if chunk[5:6] == b" " else chunk[5:-2]))
+            is not None
+        ):
+            # What the splitter and _check would do with it, inline: the event is the read's
+            # bytes, it needs no SseEvent, and a plain token only counts (no error, usage, end).
+            if plain:
+                exchange.stats.on_token_event(now)
+            data = chunk
+        else:
+            try:
+                events = splitter.feed(chunk)
+            except ValueError as exc:
+                self.failure = StreamBroken("upstream_malformed", str(exc))
+                return False
+            batch: list[SseEvent] = []
+            check = self._check
+            try:
+                for event in events:
+                    if event.data is None and exchange._took_timing(event):
+                        continue  # a comment never ends, breaks or counts in any grammar
+                    check(event, ended=False)
+                    batch.append(event)
+                    if exchange.saw_done:  # the door writes them with the summary, terminator
+                        self.held = batch
+                        return False
+            except Exception as exc:  # StreamBroken; anything else is raised by the task too
+                self.failure = exc
+            if not batch:
+                return self.failure is None
             if out is None:
-                if not self._push(batch):
-                    self.behind = True
+                try:
+                    if not self._push(batch):
+                        self.behind = True
+                        return False
+                except Exception as exc:  # the client went away: that is the end
+                    self.failure = exc
                     return False
                 return self.failure is None
-            # SseWriter.push, inline (the bytes as they came: one chunk, one write)
             data = batch[0].raw if len(batch) == 1 else b"".join([event.raw for event in batch])
+        try:  # SseWriter.push, inline (the bytes as they came: one chunk, one write)
             transport = out.transport
             if transport.is_closing():
                 raise ConnectionResetError("client connection closed")

@@ -29,22 +29,23 @@ class SseSplitter:
     """Feed it byte chunks; it returns the complete events so far, in order."""
 
     def __init__(self, max_event_bytes: int = 4 * 1024 * 1024) -> None:
-        self._buffer = b""
+        # The bytes of an event not complete yet: empty between events (the push sink reads it).
+        self.partial = b""
         self._max = max_event_bytes
 
     @property
     def pending_bytes(self) -> int:
-        return len(self._buffer)
+        return len(self.partial)
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         if (  # the usual read: one whole event, nothing pending (an engine's one per token)
-            not self._buffer and chunk.find(b"\n\n") == len(chunk) - 2 > 0 and b"\r" not in chunk
+            not self.partial and chunk.find(b"\n\n") == len(chunk) - 2 > 0 and b"\r" not in chunk
         ):
             if chunk[:5] == b"data:" and chunk.find(b"\n") == len(chunk) - 2:  # one data line
                 data = chunk[5:-2]
                 return [SseEvent(raw=chunk, data=data[1:] if data[:1] == b" " else data)]
             return [_parse_block(chunk[:-2])]
-        buffer = self._buffer + chunk
+        buffer = self.partial + chunk
         if b"\r" in buffer:
             # Normalise before splitting; a lone CR at the very end may be half of a CRLF.
             keep_cr = buffer.endswith(b"\r")
@@ -62,14 +63,14 @@ class SseSplitter:
             start = end + 2
             if block:
                 events.append(_parse_block(block))
-        self._buffer = buffer[start:]
-        if len(self._buffer) > self._max:
+        self.partial = buffer[start:]
+        if len(self.partial) > self._max:
             raise ValueError(f"SSE event larger than {self._max} bytes")
         return events
 
     def flush(self) -> list[SseEvent]:
         """At end of stream: an unterminated final event still counts (some servers omit it)."""
-        rest, self._buffer = self._buffer.rstrip(b"\r\n"), b""
+        rest, self.partial = self.partial.rstrip(b"\r\n"), b""
         return [_parse_block(rest)] if rest else []
 
 

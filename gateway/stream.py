@@ -225,7 +225,8 @@ class UpstreamExchange:
 
     def _check(self, event: SseEvent, *, ended: bool) -> None:
         """Note one event, or raise what it breaks; most token events need no JSON walk."""
-        plain = self.grammar.plain_token(event)
+        data = event.data
+        plain = self.grammar.plain_data(data) if data is not None else None
         if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)
             if plain:  # StreamStats.on_token_event(now), inline: runs for every token event
                 stats, now = self.stats, time.perf_counter()

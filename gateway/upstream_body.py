@@ -34,10 +34,10 @@ class BodyReader:
         "_exc",
         "_high",
         "_paused",
-        "_sink",
         "_size",
         "_waiter",
         "limit",
+        "sink",
         "total_bytes",
     )
 
@@ -53,33 +53,35 @@ class BodyReader:
         self.limit = limit  # what the relay takes per read (readany's most)
         self._paused = False  # this reader paused the connection: the next read resumes it
         # While pushing: takes each read as it arrives (nothing waits unread then); False stops.
-        self._sink: Callable[[bytes], bool] | None = None
+        # UpstreamResponse.feed has this reader's pushed case inline (one call less a read).
+        self.sink: Callable[[bytes], bool] | None = None
 
     def feed(self, data: bytes) -> None:
         self.total_bytes += len(data)
-        sink = self._sink
+        sink = self.sink
         if sink is not None:  # pushed: relayed now, inside the connection's callback
             if not sink(data):
-                self._wake()
+                self.wake()
             return
         self._chunks.append(data)
         self._size += len(data)
-        self._wake()
+        self.wake()
         if self._size > self._high:
             self._paused = True
             self._conn.pause()
 
     def feed_eof(self) -> None:
         self._eof = True
-        self._wake()
+        self.wake()
 
     def set_exception(self, exc: BaseException) -> None:
         """Every read from now on raises ``exc`` (a waiting one wakes with it)."""
         self._exc = exc
-        self._wake()
+        self.wake()
 
-    def _wake(self) -> None:
-        self._sink = None  # whatever wakes the reader ends a push: the task takes over
+    def wake(self) -> None:
+        """Wake the reading task, ending a push (the task takes over)."""
+        self.sink = None  # whatever wakes the reader ends a push: the task takes over
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
@@ -98,7 +100,7 @@ class BodyReader:
     @property
     def pushing(self) -> bool:
         """Whether a sink takes the reads as they arrive now."""
-        return self._sink is not None
+        return self.sink is not None
 
     async def push(self, sink: Callable[[bytes], bool]) -> None:
         """Hand every read that arrives to ``sink`` as it arrives, until it returns False, the
@@ -106,13 +108,13 @@ class BodyReader:
         bytes, the end or an error already wait."""
         if self._chunks or self._eof or self._exc is not None:
             return
-        self._sink = sink
+        self.sink = sink
         waiter = self._waiter = asyncio.get_running_loop().create_future()
         try:
             await waiter
         finally:
             self._waiter = None
-            self._sink = None
+            self.sink = None
 
     async def readany(self, most: int | None = None) -> bytes:
         """What has arrived (waiting for something), at most ``most`` bytes of it (the rest

@@ -104,7 +104,14 @@ class UpstreamResponse:
             parts = self._body
             body = parts[0] if len(parts) == 1 else b"".join(parts)
             parts.clear()
-            self.content.feed(body)
+            content = self.content
+            sink = content.sink
+            if sink is None:
+                content.feed(body)
+            else:  # BodyReader.feed's pushed case, inline: relayed now (gateway/push_phase.py)
+                content.total_bytes += len(body)
+                if not sink(body):
+                    content.wake()
         if self._in_head:  # checked after feeding: one read may hold head and body
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:

@@ -80,18 +80,17 @@ class Grammar:
     def _answer_shaped(self, obj: Obj) -> bool:
         return answer_shaped(obj)
 
-    def plain_token(self, event: SseEvent) -> bool | None:
-        """For an event whose bytes cannot carry an error, a usage or a finish (nor hide one
+    def plain_data(self, data: bytes) -> bool | None:
+        """For a data event whose bytes cannot carry an error, a usage or a finish (nor hide one
         behind a ``\\u`` escape): whether it counts as a token, with only the JSON checked.
         None: the event needs :meth:`parse` and the rest. Equal to the full path by
-        construction, checked against it in tests/gateway/doors/test_grammar_plain.py."""
-        data = event.data
+        construction, checked against it in tests/gateway/doors/test_grammar_plain.py. It takes
+        the data bytes, not an :class:`SseEvent`: the push sink asks before it builds one."""
         # Every quoted "usage" / "finish_reason" followed by :null (compact JSON). A string
         # value cannot contain an unescaped quote, so those bytes can only be that key or a
         # string equal to its name; both send the event down the full path.
         if (
-            data is None
-            or data[:1] != b"{"
+            data[:1] != b"{"
             or b"\\u" in data
             or b'"error"' in data
             or data.count(b'"usage"') != data.count(b'"usage":null')
@@ -102,7 +101,16 @@ class Grammar:
             obj = orjson.loads(data)  # starts with "{": never [DONE]
         except orjson.JSONDecodeError:
             return None  # malformed: the full path says so
-        return chunk_output(obj) if isinstance(obj, dict) else None
+        if type(obj) is not dict:
+            return None
+        # chunk_output's answer for an engine's usual token (one choice whose delta has text
+        # and no tool calls), without its walk: True whatever else the choice holds.
+        choices = obj.get("choices")
+        if type(choices) is list and len(choices) == 1:
+            delta = choices[0].get("delta") if type(choices[0]) is dict else None
+            if type(delta) is dict and delta.get("content") and not delta.get("tool_calls"):
+                return True
+        return chunk_output(obj)
 
     def _finishes(self, obj: Obj) -> bool:
         choices = obj.get("choices") or ()
@@ -145,7 +153,7 @@ class ResponsesGrammar(Grammar):
 
     name: str = "responses"
 
-    def plain_token(self, event: SseEvent) -> bool | None:
+    def plain_data(self, data: bytes) -> bool | None:
         return None  # typed events: the full path (they are not the chat hot path)
 
     def _finishes(self, obj: Obj) -> bool:
@@ -187,7 +195,7 @@ class MessagesGrammar(Grammar):
 
     name: str = "messages"
 
-    def plain_token(self, event: SseEvent) -> bool | None:
+    def plain_data(self, data: bytes) -> bool | None:
         return None  # typed events: the full path (they are not the chat hot path)
 
     def _finishes(self, obj: Obj) -> bool:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.http_writer import StreamWriter
 from yarl import URL
 
 from gateway.http_client import ConnectionPool
 from gateway.sse import SseEvent, SseSplitter
+from gateway.sse_writer import RawOut
 from gateway.stream import StreamBroken, UpstreamExchange
 from gateway.timing import StreamStats
 from tests.gateway.scripted_upstream import Scripted, send
@@ -239,3 +243,153 @@ async def test_the_chunks_of_one_read_are_relayed_in_one_write(
 
 def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+class Wire(asyncio.Transport):
+    """The client's transport under a raw push: what the sink framed and wrote itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.frames.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class RawPusher:
+    """A pass-through door's pusher: the sink frames and writes each read itself."""
+
+    def __init__(self) -> None:
+        self.wire = Wire()
+        self.chunked = StreamWriter(cast(BaseProtocol, None), asyncio.get_running_loop())
+
+    def ready(self) -> bool:
+        return True
+
+    def raw(self) -> RawOut:
+        return RawOut(self.wire, self.chunked, 1 << 20, lambda queued: None)
+
+    def __call__(self, events: list[SseEvent]) -> bool:
+        raise AssertionError("a raw push writes through its RawOut")
+
+    def written(self) -> list[bytes]:
+        """What each frame carried (one HTTP/1.1 chunk per read)."""
+        out = []
+        for frame in self.wire.frames:
+            size, _, rest = frame.partition(b"\r\n")
+            assert rest.endswith(b"\r\n") and len(rest) == int(size, 16) + 2
+            out.append(rest[:-2])
+        return out
+
+
+ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9}}\n\n'
+# Reads an engine's stream may bring: the one-event shape the sink relays without an SseEvent,
+# and beside it every shape that needs the splitter or the full check.
+READS = [
+    TOKEN,
+    ROLE,  # the one-event shape, not a token
+    b'data:{"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n',  # no space after the colon
+    b'data: {"choices":[{"index":0,"delta":{"content":"s"',  # half an event
+    b"}}]}\n\n" + TOKEN,  # its end, then a whole one: the splitter held bytes before
+    TOKEN,
+    TOKEN + TOKEN,
+    b'data: {"choices":[{"delta":{"content":"c"}}]}\r\n\r\n',  # CRLF line ends
+    b": keepalive\n\n",
+    b'event: x\ndata: {"choices":[{"delta":{"content":"e"}}]}\n\n',
+    b'data: {"choices":[{"delta":\ndata: {"content":"m"}}]}\n\n',  # two data lines
+    b'data: {"choices":[{"delta":{"content":"r"}}]}\r\n\n',  # a CR: the splitter's line end
+    b"event: delta\n",  # a field line: the event's start...
+    TOKEN,  # ...so this read, alone one whole event, is its end
+    b'data: {"choices":[{"delta":{"content":"q"}}]}\n:',  # one line and a byte of the next
+    b" comment\n\n",
+    b'note:{"choices":[{"delta":{"content":"n"}}]}\n\n',  # no data field: not a token
+    USAGE,
+    FINISH,
+    DONE,
+]
+
+
+async def relay_reads(
+    upstream: tuple[URL, Sends], reads: list[bytes], pusher: RawPusher | None
+) -> tuple[UpstreamExchange, list[list[bytes]], str | None]:
+    """Each read sent once the relay took the one before; what the door's loop was yielded,
+    and how the stream broke (None: it ended)."""
+    _, sends = upstream
+    exchange = await opened(upstream)
+    yielded: list[list[bytes]] = []
+
+    async def run() -> None:
+        async for batch in exchange.all_batches(pusher):
+            yielded.append([event.raw for event in batch])
+
+    relay = asyncio.ensure_future(run())
+    sent = 0
+    for data in reads:
+        sends.put_nowait(data)
+        sent += len(data)
+        await until(lambda sent=sent: exchange.consumed == sent or relay.done())  # type: ignore[misc]
+    broken: str | None = None
+    try:
+        await relay
+    except StreamBroken as exc:
+        broken = exc.kind
+    exchange.close()
+    return exchange, yielded, broken
+
+
+def tallies(exchange: UpstreamExchange) -> tuple[object, ...]:
+    stats = exchange.stats
+    return stats.output_events, len(stats.gaps_ms), exchange.usage, exchange.saw_done
+
+
+async def test_a_raw_push_writes_and_counts_what_the_pulled_path_yields_and_counts(
+    upstream: tuple[URL, Sends],
+) -> None:
+    _, sends = upstream
+    pulled, batches, pulled_break = await relay_reads(upstream, READS, None)
+    sends.put_nowait(None)  # the first connection's script ends before the second begins
+    await until(sends.empty)
+    pusher = RawPusher()
+    pushed, yielded, pushed_break = await relay_reads(upstream, READS, pusher)
+    assert pulled_break is pushed_break is None
+    assert [b"".join(batch) for batch in batches] == pusher.written() + [
+        b"".join(batch) for batch in yielded
+    ]
+    assert yielded == [[DONE]]  # the end comes to the task, which writes the summary
+    assert tallies(pushed) == tallies(pulled) == (13, 12, USAGE_SEEN, True)
+    assert pushed.consumed == pushed.response.content.total_bytes
+
+
+USAGE_SEEN = {"prompt_tokens": 5, "completion_tokens": 9}
+
+
+@pytest.mark.parametrize(
+    ("event", "kind"),
+    [
+        (b"data: {not json}\n\n", "upstream_malformed"),
+        (b'data: {"choices":5}\n\n', "upstream_malformed"),
+        (
+            b'data: {"choices":[{"delta":{"content":"x","tool_calls":[1]}}]}\n\n',
+            "upstream_malformed",
+        ),
+        (b'data: {"error":{"message":"engine OOM"}}\n\n', "upstream_error_event"),
+        (b'data:x{"choices":[{"delta":{"content":"x"}}]}\n\n', "upstream_malformed"),
+        # JSON only across its two lines; the second is no data field, so the event's is not
+        (b'data: {"choices":[{"delta":{"content":"x"}}]\n}\n\n', "upstream_malformed"),
+    ],
+)
+async def test_a_raw_push_breaks_on_a_one_event_read_as_the_pulled_path_does(
+    upstream: tuple[URL, Sends], event: bytes, kind: str
+) -> None:
+    pusher = RawPusher()
+    _, yielded, broken = await relay_reads(upstream, [TOKEN, event, TOKEN], pusher)
+    assert broken == kind
+    assert pusher.written() == [TOKEN]  # nothing of the broken event, nothing after it
+    assert yielded == []

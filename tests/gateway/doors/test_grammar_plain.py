@@ -1,4 +1,4 @@
-"""The byte pre-check (``Grammar.plain_token``) answers exactly as the full path does.
+"""The byte pre-check (``Grammar.plain_data``) answers exactly as the full path does.
 
 The relay skips the error/usage/finish walk of events whose bytes cannot carry any of them.
 For every event it does not refuse, the full path (``parse``, ``error``, ``usage``, ``ends``,
@@ -65,7 +65,7 @@ DATA = st.one_of(
 
 def agrees_with_full_path(data: bytes) -> bool | None:
     event = SseEvent(raw=b"data: " + data + b"\n\n", data=data)
-    plain = OPENAI.plain_token(event)
+    plain = OPENAI.plain_data(data)
     if plain is not None:
         carries, obj = OPENAI.parse(event)
         assert obj is not None  # valid JSON object: never "malformed"
@@ -84,6 +84,16 @@ def agrees_with_full_path(data: bytes) -> bool | None:
 @example(b'{"\\u0065rror":{"message":"hidden behind an escape"}}')
 @example(b'{"choices":[{"finish_reason":null,"finish_reason":"stop"}]}')
 @example(b'{"choices":[{"delta":{"content":"x"}}],"x\\"finish_reason":null}')
+# The one-choice shortcut past chunk_output's walk: whatever else a content delta holds, the
+# answer is the walk's (malformed tool calls, a second choice, a delta or choice not an object).
+@example(b'{"choices":[{"delta":{"content":"x","tool_calls":[1]}}]}')
+@example(b'{"choices":[{"delta":{"content":"x","tool_calls":[{"function":3}]}}]}')
+@example(b'{"choices":[{"delta":{"content":"x"}},{"delta":5}]}')
+@example(b'{"choices":[{"delta":{"content":"x"}},"y"]}')
+@example(b'{"choices":[{"delta":[{"content":"x"}]}]}')
+@example(b'{"choices":["x"]}')
+@example(b'{"choices":[{"delta":{"content":""},"text":"t"}]}')
+@example(b'{"choices":[{"delta":{"content":"x","tool_calls":[]}}]}')
 def test_the_pre_check_never_disagrees_with_the_full_path(data: bytes) -> None:
     agrees_with_full_path(data)
 
@@ -116,6 +126,5 @@ def test_events_that_carry_more_than_a_token_take_the_full_path() -> None:
 
 def test_typed_event_grammars_always_take_the_full_path() -> None:
     data = b'{"type":"response.output_text.delta","delta":"x"}'
-    event = SseEvent(raw=b"data: " + data + b"\n\n", data=data)
-    assert RESPONSES.plain_token(event) is None
-    assert MESSAGES.plain_token(event) is None
+    assert RESPONSES.plain_data(data) is None
+    assert MESSAGES.plain_data(data) is None
