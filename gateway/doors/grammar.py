@@ -81,35 +81,46 @@ class Grammar:
         return answer_shaped(obj)
 
     def plain_data(self, data: bytes) -> bool | None:
-        """For a data event whose bytes cannot carry an error, a usage or a finish (nor hide one
-        behind a ``\\u`` escape): whether it counts as a token, with only the JSON checked.
-        None: the event needs :meth:`parse` and the rest. Equal to the full path by
-        construction, checked against it in tests/gateway/doors/test_grammar_plain.py. It takes
-        the data bytes, not an :class:`SseEvent`: the push sink asks before it builds one."""
-        # Every quoted "usage" / "finish_reason" followed by :null (compact JSON). A string
-        # value cannot contain an unescaped quote, so those bytes can only be that key or a
-        # string equal to its name; both send the event down the full path.
+        """For a data event that carries no error, usage or finish: whether it counts as a
+        token, with only the JSON checked. None: the event needs :meth:`parse` and the rest.
+        Equal to the full path by construction, checked against it in
+        tests/gateway/doors/test_grammar_plain.py. It takes the data bytes, not an
+        :class:`SseEvent`: the push sink asks before it builds one."""
+        if data[:1] != b"{":
+            return None  # never a chunk ([DONE], or malformed: the full path says which)
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None  # malformed: the full path says so
+        if type(obj) is not dict:
+            return None
+        # An engine's usual token, read off the parsed object as the full path would: one
+        # choice with text or a content delta (no tool calls), no usage or error key. A finish
+        # beside output changes nothing there (it only starts a stream that has no token yet).
+        if "error" not in obj and obj.get("usage") is None:
+            choices = obj.get("choices")
+            if type(choices) is list and len(choices) == 1:
+                choice = choices[0]
+                if type(choice) is dict:
+                    delta = choice.get("delta")
+                    if delta is None:
+                        if choice.get("text"):
+                            return True
+                    elif (
+                        type(delta) is dict and delta.get("content") and not delta.get("tool_calls")
+                    ):
+                        return True
+        # Anything else, from its bytes: every quoted "usage" / "finish_reason" followed by
+        # :null (compact JSON), no "error" and no \u escape that could hide one. A string value
+        # cannot contain an unescaped quote, so those bytes can only be that key or a string
+        # equal to its name; both send the event down the full path.
         if (
-            data[:1] != b"{"
-            or b"\\u" in data
+            b"\\u" in data
             or b'"error"' in data
             or data.count(b'"usage"') != data.count(b'"usage":null')
             or data.count(b'"finish_reason"') != data.count(b'"finish_reason":null')
         ):
             return None
-        try:
-            obj = orjson.loads(data)  # starts with "{": never [DONE]
-        except orjson.JSONDecodeError:
-            return None  # malformed: the full path says so
-        if type(obj) is not dict:
-            return None
-        # chunk_output's answer for an engine's usual token (one choice whose delta has text
-        # and no tool calls), without its walk: True whatever else the choice holds.
-        choices = obj.get("choices")
-        if type(choices) is list and len(choices) == 1:
-            delta = choices[0].get("delta") if type(choices[0]) is dict else None
-            if type(delta) is dict and delta.get("content") and not delta.get("tool_calls"):
-                return True
         return chunk_output(obj)
 
     def _finishes(self, obj: Obj) -> bool:

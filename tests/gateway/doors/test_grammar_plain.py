@@ -94,6 +94,16 @@ def agrees_with_full_path(data: bytes) -> bool | None:
 @example(b'{"choices":["x"]}')
 @example(b'{"choices":[{"delta":{"content":""},"text":"t"}]}')
 @example(b'{"choices":[{"delta":{"content":"x","tool_calls":[]}}]}')
+# The parsed object's shortcut: a usage (of any type) or an error key (even null, or behind an
+# escape) is never a plain token; a text choice is one, and so is output beside a finish.
+@example(b'{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}')
+@example(b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":1}}')
+@example(b'{"choices":[{"delta":{"content":"x"}}],"usage":5}')
+@example(b'{"choices":[{"delta":{"content":"x"}}],"error":null}')
+@example(b'{"choices":[{"delta":{"content":"x"}}],"\\u0065rror":null}')
+@example(b'{"choices":[{"text":"t","delta":null}]}')
+@example(b'{"choices":[{"text":"t","delta":{}}]}')
+@example(b'{"choices":[{"text":"","finish_reason":null}]}')
 def test_the_pre_check_never_disagrees_with_the_full_path(data: bytes) -> None:
     agrees_with_full_path(data)
 
