@@ -27,6 +27,7 @@ than a share of it on average, the wait is not told and the half step stands
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 from routing.predictor_detail import TERMS
@@ -58,47 +59,77 @@ class Phase(NamedTuple):
     half_step_ms: float  # ... half the predictor's decode step
 
 
-class StepClock:
-    """Per backend: when tokens were last seen (gateway clock, seconds) and the decode step's
-    length learned from consecutive ticks (ms)."""
+class _Track:
+    """One backend's ticks and what was learned from them: one record, so a tick (the
+    simulator hands in ~7 per request) costs one lookup, not one per field."""
 
-    __slots__ = ("_jitter", "_period", "_ticks", "_told")
+    __slots__ = ("jitter", "last", "period", "ticks", "told")
 
     def __init__(self) -> None:
         # The last few ticks: a simulator hands a tick in when the step ends, a one-way trip
         # before the gateway would see it, so a read takes the latest one seen by then.
-        self._ticks: dict[str, deque[float]] = {}
-        self._period: dict[str, float] = {}
-        self._jitter: dict[str, float] = {}  # EWMA of |gap - step| over the gaps learned (ms)
-        self._told: dict[str, Phase] = {}  # the latest phase a decision used, per backend
+        self.ticks: deque[float] = deque(maxlen=_KEPT)
+        self.last: float | None = None  # ticks[-1], read by every tick
+        self.period: float | None = None
+        self.jitter = 0.0  # EWMA of |gap - step| over the gaps learned (ms)
+        self.told: Phase | None = None  # the latest phase a decision used
+
+    def seen(self, at: float) -> None:
+        """See :meth:`StepClock.seen`."""
+        last = self.last
+        if last is None:
+            self.last = at
+            self.ticks.append(at)
+            return
+        gap = 1000.0 * (at - last)
+        if gap < _SAME_STEP_MS:
+            return  # the same step, seen by another stream (arrivals jitter by a few ms)
+        self.last = at
+        self.ticks.append(at)
+        period = self.period
+        if period is None:
+            self.period = gap
+        elif gap <= _GAP_RATIO * period:
+            self.period = period + _ALPHA * (gap - period)
+            jitter = self.jitter
+            self.jitter = jitter + _ALPHA * (abs(gap - period) - jitter)
+
+
+class StepClock:
+    """Per backend: when tokens were last seen (gateway clock, seconds) and the decode step's
+    length learned from consecutive ticks (ms)."""
+
+    __slots__ = ("_tracks",)
+
+    def __init__(self) -> None:
+        self._tracks: dict[str, _Track] = {}
+
+    def feed(self, backend: str) -> Callable[[float], None]:
+        """What hands ``backend``'s ticks in (``seen`` without the lookup): a caller that
+        feeds one backend many times binds it once."""
+        track = self._tracks.get(backend)
+        if track is None:
+            track = self._tracks[backend] = _Track()
+        return track.seen
 
     def seen(self, backend: str, at: float) -> None:
         """A token from ``backend`` arrived at ``at``: its engine ended a step a one-way trip
         before. Ticks come in time order per backend; the tokens of one step (many streams,
         each arriving with its own jitter) count once, as the first of them."""
-        ticks = self._ticks.get(backend)
-        if ticks is None:
-            self._ticks[backend] = deque((at,), maxlen=_KEPT)
-            return
-        gap = 1000.0 * (at - ticks[-1])
-        period = self._period.get(backend)
-        if gap < _SAME_STEP_MS:
-            return  # the same step, seen by another stream (arrivals jitter by a few ms)
-        ticks.append(at)
-        if period is None:
-            self._period[backend] = gap
-        elif gap <= _GAP_RATIO * period:
-            self._period[backend] = period + _ALPHA * (gap - period)
-            jitter = self._jitter.get(backend, 0.0)
-            self._jitter[backend] = jitter + _ALPHA * (abs(gap - period) - jitter)
+        track = self._tracks.get(backend)
+        if track is None:
+            track = self._tracks[backend] = _Track()
+        track.seen(at)
 
     def period_ms(self, backend: str) -> float | None:
         """The decode step's length learned for ``backend`` (None: fewer than two ticks)."""
-        return self._period.get(backend)
+        track = self._tracks.get(backend)
+        return None if track is None else track.period
 
     def jitter_ms(self, backend: str) -> float:
         """How far the gaps learned for ``backend`` stray from its step, on average."""
-        return self._jitter.get(backend, 0.0)
+        track = self._tracks.get(backend)
+        return 0.0 if track is None else track.jitter
 
     def wait_ms(self, backend: str, now: float, lead_ms: float, decode_ms: float) -> float | None:
         """The wait for the next step boundary of a request decided at ``now`` that is
@@ -111,19 +142,23 @@ class StepClock:
     def told(self, backend: str, at: float) -> Phase | None:
         """The phase :func:`phased` put into a decision about ``backend`` at ``at`` (None: the
         half step stood then)."""
-        phase = self._told.get(backend)
+        track = self._tracks.get(backend)
+        phase = None if track is None else track.told
         return phase if phase is not None and phase.at == at else None
 
     def _reading(
         self, backend: str, now: float, lead_ms: float, decode_ms: float
     ) -> tuple[float, float, float] | None:
         """The wait, the tick it counts from and the period (see :meth:`wait_ms`)."""
-        period = self._period.get(backend)
-        if period is None or not decode_ms / _AGREE <= period <= _AGREE * decode_ms:
+        track = self._tracks.get(backend)
+        period = None if track is None else track.period
+        if track is None or period is None:
             return None
-        if self._jitter.get(backend, 0.0) > _JITTER * period:
+        if not decode_ms / _AGREE <= period <= _AGREE * decode_ms:
+            return None
+        if track.jitter > _JITTER * period:
             return None  # step ends too blurred to tell a wait from
-        last = next((at for at in reversed(self._ticks[backend]) if at <= now), None)
+        last = next((at for at in reversed(track.ticks) if at <= now), None)
         if last is None:
             return None
         age = 1000.0 * (now - last)
@@ -131,6 +166,9 @@ class StepClock:
         if age > period or elapsed >= _HORIZON * period:
             return None
         return period - elapsed % period, last, period
+
+    def _tell(self, backend: str, phase: Phase) -> None:
+        self._tracks[backend].told = phase
 
 
 def phased(
@@ -150,7 +188,7 @@ def phased(
     if reading is None:
         return terms, ttft_ms
     wait, tick, period = reading
-    clock._told[backend] = Phase(now, tick, period, wait, 0.5 * decode_ms)
+    clock._tell(backend, Phase(now, tick, period, wait, 0.5 * decode_ms))
     moved = wait - 0.5 * decode_ms
     step = terms[_STEP] + moved
     return (*terms[:_STEP], step, *terms[_STEP + 1 :]), max(ttft_ms + moved, 0.0)

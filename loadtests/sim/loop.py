@@ -385,6 +385,7 @@ class Simulation:
         edges = [e.probe_rtt_ms for e in active if e.probe_rtt_ms is not None]
         backend.probe_rtt_ms = edges[-1] if edges else None
         backend.version += 1
+        self._ticks.repath(backend.index)
 
 
 def simulate(scenario: Scenario, trace: Trace, policy: str) -> PolicyRun:

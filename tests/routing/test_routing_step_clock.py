@@ -273,3 +273,24 @@ def test_step_ends_blurred_past_a_share_of_the_step_say_nothing() -> None:
     assert period is not None and 17.0 < period < 23.0
     assert blurred.jitter_ms("b") > 0.15 * period
     assert blurred.wait_ms("b", at + 0.002, 0.0, 20.0) is None
+
+
+@given(ticks=st.lists(st.floats(0.0, 0.2), min_size=1, max_size=40))
+def test_a_bound_feed_learns_what_seen_learns(ticks: list[float]) -> None:
+    """``feed`` (bound once, as the simulator's step ticks and a relay stream use it) is
+    ``seen`` without the lookup: the same ticks leave the same period, jitter and wait, and
+    binding it before any tick is no tick."""
+    by_name, bound = StepClock(), StepClock()
+    feed = bound.feed("b")
+    assert bound.period_ms("b") is None and bound.wait_ms("b", 1.0, 0.0, 20.0) is None
+    at = 1.0
+    for gap in ticks:
+        at += gap
+        by_name.seen("b", at)
+        feed(at)
+    assert bound.period_ms("b") == by_name.period_ms("b")
+    assert bound.jitter_ms("b") == by_name.jitter_ms("b")
+    for lead in (0.0, 7.5):
+        assert bound.wait_ms("b", at + 0.003, lead, 20.0) == by_name.wait_ms(
+            "b", at + 0.003, lead, 20.0
+        )

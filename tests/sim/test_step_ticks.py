@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,3 +97,21 @@ def test_the_simulator_feeds_each_predicted_ttft_router_its_steps() -> None:
         high = low + engine.decode_per_seq_ms * engine.max_num_seqs
         period = router.step_clock.period_ms(name)
         assert period is not None and low <= period <= _GAP * high
+
+
+def test_a_changed_path_moves_the_ticks_of_streams_already_running() -> None:
+    """A ``path_delay`` changes the one-way time of answers already streaming: after
+    ``repath`` their gateway sees the step ends that much later."""
+    clock = StepClock()
+    one_way = {0: 0.001}
+    ticks = StepTicks([clock], ["e"], lambda gateway, backend: one_way[backend])
+    ticks.streaming(0, 0, 1)
+    ticks.ended(0, 1.0)
+    ticks.ended(0, 1.02)
+    one_way[0] = 0.011  # 10 ms more each way from now on
+    ticks.ended(0, 1.04)  # not read again yet: still the old path
+    ticks.repath(0)
+    ticks.ended(0, 1.06)  # seen at 1.071: a 30 ms gap, learned (20 -> 21 ms)
+    assert clock.period_ms("e") == pytest.approx(21.0)
+    wait = clock.wait_ms("e", 1.0715, 0.0, 20.0)  # 0.5 ms after the tick (9.5 without repath)
+    assert wait is not None and math.isclose(wait, 21.0 - 0.5, abs_tol=1e-6)
