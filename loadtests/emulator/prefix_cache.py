@@ -49,10 +49,14 @@ class PrefixCache:
     def insert(self, hashes: Sequence[int]) -> None:
         """Cache a computed chain, touching it tail first; evict least recently used blocks."""
         blocks = self._blocks
-        for k in range(len(hashes) - 1, -1, -1):
-            block_hash = hashes[k]
-            blocks[block_hash] = None
-            blocks.move_to_end(block_hash)
+        touch = blocks.move_to_end
+        for block_hash in reversed(hashes):
+            # A new block goes in at the end already; only a cached one needs moving there
+            # (one dict operation a block: a prompt is 50-200 blocks, most of them cached).
+            if block_hash in blocks:
+                touch(block_hash)
+            else:
+                blocks[block_hash] = None
         while len(blocks) > self._capacity:
             blocks.popitem(last=False)
 

@@ -62,3 +62,31 @@ def test_bounded_and_every_cached_chain_is_a_prefix(chains: list[list[int]], cap
         kept = cache.peek(chain)
         assert kept == min(len(chain), capacity)
         assert not any(block in cache for block in chain[kept:])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.lists(st.integers(0, 30), min_size=1, max_size=10)),
+        max_size=30,
+    ),
+    st.integers(1, 20),
+)
+def test_the_lru_order_is_every_block_touched_tail_first(
+    calls: list[tuple[bool, list[int]]], capacity: int
+) -> None:
+    """Against a plain model of the LRU (each block moved to the most recent end, tail to
+    head, oldest evicted): the same blocks, in the same order, after inserts and matches."""
+    cache, model = PrefixCache(capacity), list[int]()
+    for matching, chain in calls:
+        if matching:
+            touched = chain[: cache.match(chain)]
+        else:
+            cache.insert(chain)
+            touched = chain
+        for block in reversed(touched):
+            if block in model:
+                model.remove(block)
+            model.append(block)
+        del model[: max(0, len(model) - capacity)]
+        assert list(cache._blocks) == model
