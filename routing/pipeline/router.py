@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from routing.awaiting import AwaitingFirstToken
 from routing.fleet_view import Rows, ViewCache
 from routing.inflight import InFlightLedger
 from routing.load import LoadColumns
@@ -59,6 +60,8 @@ class PipelineRouter:
         self._latest = -float("inf")  # the latest time seen (decide, reserve, observe)
         # Fed with the arrival of every token a stream brings, when the scorer keeps one.
         self.step_clock: StepClock | None = getattr(scorer, "step_clock", None)
+        # Requests still waiting for a first token, when the scorer keeps count (routing.awaiting).
+        self.awaiting: AwaitingFirstToken | None = getattr(scorer, "awaiting", None)
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         """Rank the top ``max_ranked`` candidates and count the first as in flight."""
@@ -79,6 +82,12 @@ class PipelineRouter:
         if observation.at > self._latest:
             self._latest = observation.at
         self.load.release(observation.backend, observation.at)
+        awaiting = self.awaiting
+        if awaiting is not None and not observation.first_token_observed:
+            if observation.ok:
+                awaiting.answered(observation.backend, observation.at)
+            else:
+                awaiting.dropped(observation.backend)
         self.scorer.observe(observation)
 
     def observe_first_token(self, first: FirstToken) -> None:
@@ -87,6 +96,8 @@ class PipelineRouter:
         ``first_token_observed=True`` there) or ``release``."""
         if first.at > self._latest:
             self._latest = first.at
+        if self.awaiting is not None:
+            self.awaiting.answered(first.backend, first.at)
         learner = self._first_token_learner
         if learner is not None:
             learner.observe_first_token(first.observation())
@@ -166,6 +177,8 @@ class PipelineRouter:
     def release(self, backend: str) -> None:
         # No outcome, no time: the latest time this router was told is close enough.
         self.load.release(backend, self._latest)
+        if self.awaiting is not None:
+            self.awaiting.dropped(backend)
 
     def _decide(
         self,

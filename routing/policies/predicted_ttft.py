@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from routing.awaiting import AwaitingFirstToken, OverdueParams
 from routing.exploration import Exploration, ExploreParams, Explorer
 from routing.fleet_view import F64, FleetView
 from routing.keep_warm import keep_warm_positions, keep_warm_rows
@@ -120,6 +121,10 @@ class PredictedTTFTScorer:
             )
         )  # fmt: skip
         self.prewarm = PrewarmParams(params.prewarm_share, params.prewarm_after)
+        # Requests with no first token yet (routing.awaiting); the router reports the outcomes.
+        self.awaiting = AwaitingFirstToken(
+            OverdueParams(params.first_token_overdue_factor, params.first_token_overdue_ms)
+        )
         self._exploring: Exploration | None = None
         self.params = params
         self._view: FleetView | None = None
@@ -164,6 +169,12 @@ class PredictedTTFTScorer:
         if credited:
             values, mode = pred.score.copy(), "keep-warm credit offered"
             values[credited] -= p.keep_warm_margin_ms
+        late = self.awaiting.overdue(ctx.now)
+        if late:  # before the explorer looks: a backend that owes a first token is no candidate
+            values = values if credited else values.copy()
+            for position, ms in _positions(view, ctx.rows, late):
+                values[position] += ms
+            mode = _owing(mode, late)
         explore = self._exploring = self.explorer.candidate(
             values, pred.ttft_ms, ctx.rows, self.learned, ctx.profile, ctx.now
         )
@@ -197,6 +208,11 @@ class PredictedTTFTScorer:
         if credit is not None:
             values = [value - off for value, off in zip(values, credit, strict=True)]
             mode = "keep-warm credit offered"
+        late = self.awaiting.overdue(now)
+        if late:
+            names = view.names
+            values = [v + late.get(names[row], 0.0) for v, row in zip(values, rows, strict=True)]
+            mode = _owing(mode, late)
         explore = self._exploring = self.explorer.candidate_rows(
             values, [pred.ttft_ms for pred in preds], rows, self.learned, profile, now
         )
@@ -222,6 +238,7 @@ class PredictedTTFTScorer:
     def decided(self, ctx: ScoreContext, row: int, scores: Scores, position: int) -> None:
         self._committed(ctx.view, ctx.profile, ctx.now, row)
         pred = scores.predicted()  # this scorer always predicts
+        self.awaiting.sent(ctx.view.names[row], ctx.now, pred.ttft_ms.item(row))
         work_ms = pred.term("prefill", row) + pred.term("step", row)
         first_token_ms = pred.ttft_ms.item(row) - 0.5 * pred.term("rtt", row)
         self._ahead(ctx.load, ctx.view, ctx.now, row, pred.term("cold_start", row), work_ms,
@@ -237,6 +254,7 @@ class PredictedTTFTScorer:
     ) -> None:
         row, terms = prediction.row, prediction.terms
         self._committed(view, profile, now, row)
+        self.awaiting.sent(view.names[row], now, prediction.ttft_ms)
         first_token_ms = prediction.ttft_ms - 0.5 * terms[_RTT]
         self._ahead(load, view, now, row, terms[_COLD], terms[_PREFILL] + terms[_STEP],
                     first_token_ms)  # fmt: skip
@@ -322,3 +340,28 @@ def build(params: PredictedTTFTParams, rng_seed: int) -> PipelineRouter:
         max_ranked=params.max_ranked,
         inflight_ttl_s=params.inflight_ttl_s,
     )
+
+
+def _positions(
+    view: FleetView, rows: Sequence[int] | np.ndarray, late: Mapping[str, float]
+) -> list[tuple[int, float]]:
+    """(position into the eligible ``rows``, ms) of each overdue backend among them."""
+    index, everyone = view.index, len(rows) == len(view)
+    found = []
+    for backend, ms in late.items():
+        row = index.get(backend)
+        if row is None:
+            continue
+        if everyone:
+            found.append((row, ms))
+            continue
+        at = int(np.searchsorted(rows, row))
+        if at < len(rows) and int(rows[at]) == row:
+            found.append((at, ms))
+    return found
+
+
+def _owing(mode: str, late: Mapping[str, float]) -> str:
+    """``mode`` with the backends that owe a first token (explain says why they lost)."""
+    owing = ", ".join(f"{backend} +{ms:.0f} ms" for backend, ms in sorted(late.items()))
+    return f"{mode}; first token overdue: {owing}" if mode else f"first token overdue: {owing}"

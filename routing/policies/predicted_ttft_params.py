@@ -122,6 +122,18 @@ class PredictedTTFTParams(CommonParams):
         "back-off): a backend slow for minutes is re-measured less often, and found "
         "recovered within about this many horizons",
     )
+    first_token_overdue_factor: float = Field(
+        default=3.0,
+        ge=0,
+        description="a backend whose waiting requests have all had no first token for this "
+        "many times their predicted TTFT...",
+    )
+    first_token_overdue_ms: float = Field(
+        default=100.0,
+        ge=0,
+        description="...plus this long is scored the ms it is overdue on top (routing.awaiting): "
+        "a stalled backend stops taking traffic before any request to it times out",
+    )
     keep_warm_margin_ms: float = Field(
         default=50.0,
         ge=0,
