@@ -27,8 +27,10 @@ POLICY = "predicted_ttft"
 
 
 def shipped(numbers: list[str] | None) -> list[Path]:
-    """The numbered scenarios (``1-*.yaml`` ... ``9-*.yaml``), or the ones named."""
-    paths = sorted(p for p in SCENARIOS.glob("[0-9]-*.yaml"))
+    """The numbered scenarios (``1-*.yaml``, ``2-*.yaml``, ... in number order), or the ones
+    named."""
+    numbered = (p for p in SCENARIOS.glob("[0-9]*-*.yaml") if p.name.split("-", 1)[0].isdigit())
+    paths = sorted(numbered, key=lambda p: int(p.name.split("-", 1)[0]))
     if numbers:
         paths = [p for p in paths if p.name.split("-", 1)[0] in numbers]
     return paths
