@@ -115,10 +115,9 @@ class Explorer:
         if not self._streaks:
             return self.params.horizon_s
         horizons = np.full(len(rows), self.params.horizon_s)
-        for row in self._streaks:
+        for row in self._streaks:  # rows of this view (a new layout clears the streaks)
             for position in [row] if everyone else (rows == row).nonzero()[0].tolist():
-                if position < len(rows):
-                    horizons[position] = self.horizon_s(row, float(positive[position]))
+                horizons[position] = self.horizon_s(row, float(positive[position]))
         return horizons
 
     def candidate(

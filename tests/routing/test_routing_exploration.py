@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from routing.exploration import ExploreParams, Explorer
 from routing.policies import build_router
 from routing.types import FirstToken, Observation, RequestProfile
 from tests.routing.routing_fixtures import fleet, profile, state
@@ -144,3 +145,13 @@ def test_a_recovery_ends_the_streak() -> None:
     assert back_at < 230.0  # back before the second spell
     second = _explored_at([x for x in log if x[0] >= 230.0])
     assert second and second[0] - 230.0 <= 10.0  # one base horizon, not eight
+
+
+def test_a_commit_to_an_exploration_nobody_proposed_starts_no_streak() -> None:
+    """``committed(explored=True)`` with no candidate found (a caller's own bookkeeping gone
+    wrong) counts the exploration and spends its credit, and invents no streak."""
+    explorer = Explorer(ExploreParams(share=1.0))
+    explorer.credit = 1.0
+    explorer.committed(True, 3)
+    assert explorer.explored == 1 and explorer.credit == 1.0
+    assert explorer.horizon_s(3, 500.0) == ExploreParams().horizon_s

@@ -294,3 +294,19 @@ def test_a_bound_feed_learns_what_seen_learns(ticks: list[float]) -> None:
         assert bound.wait_ms("b", at + 0.003, lead, 20.0) == by_name.wait_ms(
             "b", at + 0.003, lead, 20.0
         )
+
+
+def test_a_feed_bound_after_ticks_goes_on_where_seen_left_off() -> None:
+    """Binding a backend the clock already knows hands in to the same track (a relay stream
+    binds its backend while others' streams have ticked it)."""
+    by_name, mixed = StepClock(), StepClock()
+    at = 1.0
+    for i in range(12):
+        at += 0.02
+        by_name.seen("b", at)
+        if i < 6:
+            mixed.seen("b", at)
+        else:
+            mixed.feed("b")(at)
+    assert mixed.period_ms("b") == by_name.period_ms("b")
+    assert mixed.jitter_ms("b") == by_name.jitter_ms("b")
