@@ -208,6 +208,16 @@ def _spec_column(specs: tuple[BackendSpec, ...], get: Callable[[BackendSpec], fl
     return np.fromiter((get(s) for s in specs), dtype=np.float64, count=len(specs))
 
 
+def eligible_positions(rows: Rows, view_size: int, wanted: Sequence[int]) -> list[int]:
+    """Positions into the eligible ``rows`` (ascending) of the view rows ``wanted`` (ascending)
+    that are among them; every one of ``wanted`` when every row of the view is eligible."""
+    if not wanted or len(rows) == view_size:
+        return list(wanted)
+    at = np.searchsorted(rows, wanted).tolist()
+    size = len(rows)
+    return [p for p, row in zip(at, wanted, strict=True) if p < size and rows.item(p) == row]
+
+
 def build_view(fleet: FleetSnapshot) -> FleetView:
     return FleetView(fleet)
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from routing.fleet_view import FleetView, Rows
+from routing.fleet_view import FleetView, Rows, eligible_positions
 from routing.load import LoadColumns
 from routing.predictor_rows import RowTerms
 
@@ -42,12 +40,7 @@ def keep_warm_positions(
     score (none when the credit is off or nothing scales to zero)."""
     if margin_ms <= 0.0 or not rt.scales:
         return []
-    found = sorted(earning(load, rt, now))
-    if not found or len(rows) == len(view):
-        return found
-    at = np.searchsorted(rows, found).tolist()
-    size = len(rows)
-    return [p for p, row in zip(at, found, strict=True) if p < size and rows.item(p) == row]
+    return eligible_positions(rows, len(view), sorted(earning(load, rt, now)))
 
 
 def keep_warm_rows(

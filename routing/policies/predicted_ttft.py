@@ -13,7 +13,7 @@ import numpy as np
 
 from routing.awaiting import AwaitingFirstToken, OverdueParams
 from routing.exploration import Exploration, ExploreParams, Explorer
-from routing.fleet_view import F64, FleetView
+from routing.fleet_view import F64, FleetView, eligible_positions
 from routing.keep_warm import keep_warm_positions, keep_warm_rows
 from routing.learned_columns import LearnedColumns
 from routing.learner import LearnerParams, OnlineLearner
@@ -172,8 +172,10 @@ class PredictedTTFTScorer:
         late = self.awaiting.overdue(ctx.now)
         if late:  # before the explorer looks: a backend that owes a first token is no candidate
             values = values if credited else values.copy()
-            for position, ms in _positions(view, ctx.rows, late):
-                values[position] += ms
+            index = view.index
+            ms_of = {row: ms for b, ms in late.items() if (row := index.get(b)) is not None}
+            for position in eligible_positions(ctx.rows, len(view), sorted(ms_of)):
+                values[position] += ms_of[ctx.rows.item(position)]  # the row it names
             mode = _owing(mode, late)
         explore = self._exploring = self.explorer.candidate(
             values, pred.ttft_ms, ctx.rows, self.learned, ctx.profile, ctx.now
@@ -340,25 +342,6 @@ def build(params: PredictedTTFTParams, rng_seed: int) -> PipelineRouter:
         max_ranked=params.max_ranked,
         inflight_ttl_s=params.inflight_ttl_s,
     )
-
-
-def _positions(
-    view: FleetView, rows: Sequence[int] | np.ndarray, late: Mapping[str, float]
-) -> list[tuple[int, float]]:
-    """(position into the eligible ``rows``, ms) of each overdue backend among them."""
-    index, everyone = view.index, len(rows) == len(view)
-    found = []
-    for backend, ms in late.items():
-        row = index.get(backend)
-        if row is None:
-            continue
-        if everyone:
-            found.append((row, ms))
-            continue
-        at = int(np.searchsorted(rows, row))
-        if at < len(rows) and int(rows[at]) == row:
-            found.append((at, ms))
-    return found
 
 
 def _owing(mode: str, late: Mapping[str, float]) -> str:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from routing.policies import build_router
+from routing.policies.fused_ttft import FusedTTFTRouter
 from routing.types import FirstToken, Observation
 from tests.routing.routing_fixtures import fleet, profile, state
 
@@ -58,3 +61,25 @@ def test_a_stalled_backend_is_left_before_any_request_to_it_times_out() -> None:
 def test_without_the_overdue_check_it_takes_traffic_until_the_timeout() -> None:
     stalled, _, _ = _sent_to_near_while_stalled({"first_token_overdue_ms": 1e9})
     assert stalled >= 30  # of the 40 decisions in the timeout: the prediction never moved
+
+
+def test_the_array_and_the_float_paths_score_an_overdue_backend_alike() -> None:
+    """The overdue ms land on the same backend's score whether a decision takes the array path
+    (explain, the generic pipeline) or the float path (decide on a small fleet), with every row
+    eligible and with a subset (a backend of another model, first in the view, moves the
+    positions)."""
+    backends = (
+        state("a", rtt_ms=5.0, running=0, waiting=0, as_of=0.0),
+        state("b", rtt_ms=6.0, running=0, waiting=0, as_of=0.0),
+        state("near", rtt_ms=1.0, running=0, waiting=0, as_of=0.0),
+    )
+    other = state("0-other", spec_kwargs={"models": frozenset({"x"})}, rtt_ms=1.0)
+    for snapshot in (fleet(*backends), fleet(other, *backends)):
+        router = build_router("predicted_ttft", {"explore_share": 0.0}, 0)
+        assert isinstance(router, FusedTTFTRouter)
+        assert router.decide(profile(), snapshot, 0.0).ranked[0].backend == "near"  # no answer
+        array = {c.backend: c.score for c in router.explain(profile(), snapshot, 1.0).ranked}
+        floats = router.decide(profile(), snapshot, 1.0)
+        assert router.scalar == 2  # both decisions took the float path: two paths compared
+        assert floats.ranked[0].backend != "near" and array["near"] > 800.0  # ~1 s past due
+        assert {c.backend: c.score for c in floats.ranked} == pytest.approx(array)
