@@ -35,6 +35,13 @@ def render(entries: Iterable[TimingEntry]) -> str:
 
 
 def _split_outside_quotes(text: str, sep: str) -> list[str]:
+    if '"' not in text:  # no quoted string, so no separator to skip: an engine's usual header
+        return text.split(sep)
+    return _split_walking(text, sep)
+
+
+def _split_walking(text: str, sep: str) -> list[str]:
+    """Split at every ``sep`` outside a quoted string, a character at a time."""
     parts: list[str] = []
     current: list[str] = []
     quoted = escaped = False
