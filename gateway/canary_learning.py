@@ -76,8 +76,8 @@ def canary_learning_ctx(
         owner = TaskOwner()
         owner.spawn(
             run_periodically(
-                feed.step, interval_s=interval_s, jitter=0.1, rng=random.Random(),
-                name="canary-learning",
+                feed.step, interval_s=interval_s, jitter=0.0, rng=random.Random(),
+                name="canary-learning", aligned=True,
             ),
             "canary-learning",
         )  # fmt: skip

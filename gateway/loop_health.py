@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
-from gateway.signals.tasks import TaskOwner
+from gateway.signals.tasks import TaskOwner, next_boundary, sleep_until
 
 SAMPLE_INTERVAL_S = 0.5
 
@@ -32,10 +32,10 @@ class LoopHealthMetrics:
 
 async def sample_forever(metrics: LoopHealthMetrics, interval_s: float = SAMPLE_INTERVAL_S) -> None:
     loop = asyncio.get_running_loop()
-    while True:
-        started = loop.time()
-        await asyncio.sleep(interval_s)
-        metrics.lag.set(max(0.0, loop.time() - started - interval_s))
+    while True:  # on the housekeeping loops' shared boundaries: no wake-up of its own
+        due = next_boundary(loop.time(), interval_s)
+        await sleep_until(due)
+        metrics.lag.set(max(0.0, loop.time() - due))
         metrics.tasks.set(len(asyncio.all_tasks(loop)))
 
 

@@ -78,7 +78,12 @@ def prewarm_ctx(
         owner = TaskOwner()
         owner.spawn(
             run_periodically(
-                prewarm.step, interval_s=interval_s, jitter=0.1, rng=random.Random(), name="prewarm"
+                prewarm.step,
+                interval_s=interval_s,
+                jitter=0.0,
+                rng=random.Random(),
+                name="prewarm",
+                aligned=True,
             ),
             "prewarm",
         )

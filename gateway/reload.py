@@ -24,6 +24,7 @@ from gateway.config_warnings import config_warnings
 from gateway.observability.events import gateway_event
 from gateway.relay import Relay
 from gateway.relay_state import RelayState, build_state
+from gateway.signals.tasks import sleep_aligned
 
 log = logging.getLogger("meridian.reload")
 
@@ -148,7 +149,7 @@ class Reloader:
     async def watch(self, interval_s: float) -> None:
         """Poll the file; reload when its bytes change."""
         while True:
-            await asyncio.sleep(interval_s)
+            await sleep_aligned(interval_s)  # with the other housekeeping loops' wake-ups
             digest = _file_digest(self.path)
             if digest is not None and digest != self._digest:
                 await self.reload("file changed")

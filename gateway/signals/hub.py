@@ -144,6 +144,7 @@ class SignalHub(ProbeObserver):
                 jitter=0.0,
                 rng=self._rng,
                 name="signal-hub-tick",
+                aligned=True,
             ),
             name="meridian-signal-hub-tick",
         )

@@ -11,11 +11,53 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 FIRST_RUN_SPREAD_S = 1.0
+_SAME_BOUNDARY_MS = 1  # closer than this to a boundary: that boundary has been served
 
 
 def jittered(interval_s: float, jitter: float, rng: random.Random) -> float:
     """``interval_s`` spread by +/- ``jitter`` (a fraction), so many loops do not beat in step."""
     return max(0.0, interval_s * (1.0 + rng.uniform(-jitter, jitter)))
+
+
+def next_boundary(now: float, interval_s: float) -> float:
+    """The next whole multiple of ``interval_s`` after ``now`` on the same clock, in whole
+    milliseconds (uvloop's clock and timers run in them).
+
+    Housekeeping loops that sleep until it (:func:`sleep_aligned`) wake together whenever
+    their periods divide one another (0.5 s and 1 s loops at every second): one wake-up of an
+    idle process for all of them instead of one each. On this class of VM a wake-up from idle
+    costs a few hundred microseconds of CPU however little the loop then does
+    (docs/results/perf-issue16.md, session 12)."""
+    now_ms, interval_ms = round(now * 1000.0), max(1, round(interval_s * 1000.0))
+    due_ms = now_ms - now_ms % interval_ms + interval_ms
+    # A timer may fire a hair early (asyncio runs handles due within its clock's resolution):
+    # a boundary that close is the one just served, so the next run waits for the one after.
+    if due_ms - now * 1000.0 < _SAME_BOUNDARY_MS:
+        due_ms += interval_ms
+    return due_ms / 1000.0
+
+
+async def sleep_until(when: float) -> None:
+    """Sleep until the running loop's clock reads ``when``. Loops that wait for one ``when``
+    wake in one pass of the loop: ``call_at`` keeps the time itself, where ``sleep`` would turn
+    it into a delay from a clock that may have ticked on meanwhile (a millisecond apart)."""
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+    handle = loop.call_at(when, _wake, woken)
+    try:
+        await woken
+    finally:
+        handle.cancel()
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
+async def sleep_aligned(interval_s: float) -> None:
+    """Sleep until the next whole multiple of ``interval_s`` on the running loop's clock."""
+    await sleep_until(next_boundary(asyncio.get_running_loop().time(), interval_s))
 
 
 async def run_periodically(
@@ -25,6 +67,7 @@ async def run_periodically(
     jitter: float,
     rng: random.Random,
     name: str,
+    aligned: bool = False,
 ) -> None:
     """Run ``step`` forever on a jittered schedule until cancelled.
 
@@ -33,9 +76,16 @@ async def run_periodically(
     instead of firing as a burst. A step that raises is logged
     once per distinct failure (not once per run) and the loop carries on: a signal loop that
     dies silently is worse than one that keeps trying.
+
+    ``aligned`` (in-process housekeeping, which loads no backend): no jitter and no random
+    start; each run comes at the next whole multiple of ``interval_s`` on the loop's clock
+    (:func:`next_boundary`), so such loops share their wake-ups.
     """
     last_failure: str | None = None
-    await asyncio.sleep(rng.uniform(0.0, min(interval_s, FIRST_RUN_SPREAD_S)))
+    if aligned:
+        await sleep_aligned(interval_s)
+    else:
+        await asyncio.sleep(rng.uniform(0.0, min(interval_s, FIRST_RUN_SPREAD_S)))
     while True:
         try:
             await step()
@@ -50,7 +100,10 @@ async def run_periodically(
             if last_failure is not None:
                 logger.info("signal loop %s: step recovered", name)
             last_failure = None
-        await asyncio.sleep(jittered(interval_s, jitter, rng))
+        if aligned:
+            await sleep_aligned(interval_s)
+        else:
+            await asyncio.sleep(jittered(interval_s, jitter, rng))
 
 
 class TaskOwner:

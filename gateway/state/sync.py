@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from gateway.observability.events import gateway_event
+from gateway.signals.tasks import sleep_aligned
 from gateway.state.breaker import BreakerState, CircuitBreaker
 from gateway.state.cancel import raise_if_cancelled
 from gateway.state.config import StateConfig
@@ -270,7 +271,9 @@ class SharedStateSync:
         return self._last_heartbeat + ttl_s / 3 - self._mono()
 
     async def _refresh_loop(self) -> None:
-        await self._forever(self._refresh_tick, lambda: self._config.intervals.refresh_s)
+        await self._forever(
+            self._refresh_tick, lambda: self._config.intervals.refresh_s, aligned=True
+        )
 
     async def _refresh_tick(self) -> None:
         self._view.prune(self._wall())  # the flusher prunes too, but sleeps while idle
@@ -299,7 +302,7 @@ class SharedStateSync:
         await asyncio.sleep(_EVENTS_BACKOFF_S)
 
     async def _lease_loop(self) -> None:
-        await self._forever(self._lease_tick, lambda: self._leases.renew_every_s)
+        await self._forever(self._lease_tick, lambda: self._leases.renew_every_s, aligned=True)
 
     async def _lease_tick(self) -> None:
         if not (self._leases.wanted() and self._breaker.ready()):
@@ -314,12 +317,22 @@ class SharedStateSync:
         await self._leases.renew(try_lease)
 
     async def _forever(
-        self, tick: Callable[[], Awaitable[None]], interval: Callable[[], float], first: bool = True
+        self,
+        tick: Callable[[], Awaitable[None]],
+        interval: Callable[[], float],
+        first: bool = True,
+        aligned: bool = False,
     ) -> None:
         """Run ``tick`` every ``interval()`` seconds until cancelled. A bug in one tick is
-        logged and the loop goes on: losing a background task would freeze shared state."""
+        logged and the loop goes on: losing a background task would freeze shared state.
+        ``aligned``: each wait ends on a whole multiple of the interval (sleep_aligned), with the
+        gateway's other housekeeping loops, instead of an interval after the tick."""
+
+        def pause() -> Awaitable[None]:
+            return sleep_aligned(interval()) if aligned else asyncio.sleep(interval())
+
         if not first:
-            await asyncio.sleep(interval())
+            await pause()
         while True:
             try:
                 await tick()
@@ -327,7 +340,7 @@ class SharedStateSync:
                 raise_if_cancelled()
                 _log.exception("state sync: %s failed; retrying", tick.__name__)
             raise_if_cancelled()  # a tick may have swallowed it (StateUnavailable, suppress)
-            await asyncio.sleep(interval())
+            await pause()
 
     # -- the guard every store call goes through -----------------------------------------
 
