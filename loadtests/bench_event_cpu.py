@@ -11,7 +11,8 @@ the same workload at two stream lengths (``--low`` and ``--high`` output tokens,
 alternated within each round so machine noise hits both alike; the slope of the process tree's
 CPU per request between the two lengths is the CPU per event, the intercept the CPU per
 request. Before the rounds each side sits idle for ``--idle-s`` and its CPU per second is
-reported (a share of each event at low concurrency). Sides: Meridian from this checkout,
+reported (a share of each event at low concurrency), with its wake-ups per second (voluntary
+context switches: the loop going back to sleep). Sides: Meridian from this checkout,
 Meridian from each ``--src NAME=DIR`` checkout (``PYTHONPATH``), and nginx (Debian's, a byte
 relay: the floor) when installed. One emulated backend for all (TTFT 20 ms, 5 ms a token).
 CPU is the scheduler's nanosecond count (``/proc/<pid>/task/*/schedstat``, via
@@ -50,6 +51,7 @@ class EventCpu:
     us_per_event: float  # the slope
     us_per_request: float  # the intercept: CPU a request costs besides its events
     idle_ms_per_s: float  # CPU per second while idle
+    idle_wakes_per_s: float  # voluntary context switches per second while idle: its wake-ups
     # The kernel's counts, split the same way (slope per event, intercept per request): the
     # loop's sleeps (voluntary context switches) and its read- and write-family system calls.
     switches_per_event: float = 0.0
@@ -93,11 +95,15 @@ async def measure(args: argparse.Namespace) -> list[EventCpu]:
         emulated_backend("b1", MODEL, ENGINE) as (backend_url, _),
         _sides(args, backend_url) as sides,
     ):
-        idle: dict[str, float] = {}
+        idle: dict[str, tuple[float, float]] = {}  # CPU ms and wake-ups, per second
         for name, (_, pid) in sides.items():
             before = _tree(pid)
             await asyncio.sleep(args.idle_s)
-            idle[name] = _tree(pid).minus(before).cpu_s / args.idle_s * 1000.0
+            spent_idle = _tree(pid).minus(before)
+            idle[name] = (
+                spent_idle.cpu_s / args.idle_s * 1000.0,
+                spent_idle.voluntary / args.idle_s,
+            )
         for concurrency in args.concurrency:
             requests = max(args.requests, concurrency * 4)
             workloads = {n: parse_workload(_workload(concurrency, requests, n)) for n in lengths}
@@ -131,7 +137,7 @@ async def measure(args: argparse.Namespace) -> list[EventCpu]:
                         high_us,
                         per_event,
                         per_request,
-                        idle[name],
+                        *idle[name],
                         *switches,
                         *syscalls,
                     )
@@ -142,7 +148,8 @@ async def measure(args: argparse.Namespace) -> list[EventCpu]:
 def format_table(rows: list[EventCpu], low: int, high: int) -> str:
     header = (
         f"{'':18}{'conc':>5}{f'us/req @{low}':>13}{f'us/req @{high}':>14}{'us/event':>10}"
-        f"{'us/request':>12}{'idle ms/s':>11}{'event / nginx':>15}{'event / 2nd':>13}"
+        f"{'us/request':>12}{'idle ms/s':>11}{'wakes/s':>9}{'event / nginx':>15}"
+        f"{'event / 2nd':>13}"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -152,7 +159,8 @@ def format_table(rows: list[EventCpu], low: int, high: int) -> str:
         lines.append(
             f"{row.side:18}{row.concurrency:>5}{row.us_per_request_low:>13.0f}"
             f"{row.us_per_request_high:>14.0f}{row.us_per_event:>10.1f}{row.us_per_request:>12.0f}"
-            f"{row.idle_ms_per_s:>11.2f}{_ratio(row.us_per_event, nginx):>15}"
+            f"{row.idle_ms_per_s:>11.2f}{row.idle_wakes_per_s:>9.1f}"
+            f"{_ratio(row.us_per_event, nginx):>15}"
             f"{_ratio(row.us_per_event, second):>13}"
         )
     lines.append(
