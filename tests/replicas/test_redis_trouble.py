@@ -14,7 +14,16 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.redis_server import RedisServer
-from tests.replicas.support import BACKENDS, LoadRun, Tier, chat, p99, tier, wait_for
+from tests.replicas.support import (
+    BACKENDS,
+    LoadRun,
+    Tier,
+    chat,
+    chat_body,
+    p99,
+    tier,
+    wait_for,
+)
 
 OUTAGE_CONVERSATIONS = 4  # served during the outage; all must stick afterwards (1 in 16 by luck)
 
@@ -72,16 +81,37 @@ async def test_killed_redis_costs_no_request_and_state_reconciles_on_restart(
         finally:
             await client.aclose()
 
+        turns2 = [
+            [*_conversation(n), {"role": "assistant", "content": "ok"}, _AND_THEN]
+            for n in range(len(served))
+        ]
+
         async def second_learned_them() -> bool:
+            # The blocks come in several merges (a pull yields between backends, events come
+            # in batches): wait until the second would choose, for every conversation, the
+            # backend the first served it on. Explaining reserves and learns nothing.
             state = await second.state(t.session)
-            return bool(state["prefix_queued_blocks"] == 0 and state["prefix_fed_blocks"] > 0)
+            if state["prefix_queued_blocks"] != 0:
+                return False
+            return [await _explained_choice(t, second.url, turn) for turn in turns2] == served
 
         await wait_for(second_learned_them, 30.0)
-        for n, backend in enumerate(served):
-            turn2 = [*_conversation(n), {"role": "assistant", "content": "ok"}]
-            turn2.append({"role": "user", "content": "And then?"})
+        for n, (backend, turn2) in enumerate(zip(served, turns2, strict=True)):
             status, again, _ = await chat(t.session, second.url, turn2)
             assert status == 200 and again == backend, (n, backend, again)
+
+
+_AND_THEN = {"role": "user", "content": "And then?"}
+
+
+async def _explained_choice(t: Tier, url: str, messages: list[dict[str, str]]) -> str | None:
+    """The backend the gateway at ``url`` would choose for this chat now (its explain route)."""
+    body = chat_body(messages, 4, False)
+    async with t.session.post(url + "/v1/meridian/route", json=body) as response:
+        assert response.status == 200, await response.text()
+        report = await response.json()
+    chosen = report["chosen"]
+    return str(chosen) if chosen is not None else None
 
 
 async def test_paused_redis_leaves_request_latency_unchanged(
