@@ -10,7 +10,6 @@ which learns each against what it predicts there for a request of the canary's s
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -18,7 +17,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
-from gateway.signals.tasks import TaskOwner, run_periodically
+from gateway.signals.tasks import TaskOwner, run_aligned
 from routing.types import FleetSnapshot
 
 # A canary's prompt ("Reply with one word.") as a chat template makes it: about this many tokens.
@@ -75,10 +74,7 @@ def canary_learning_ctx(
         feed = CanaryLearning(router_of, fleet_of, learned)
         owner = TaskOwner()
         owner.spawn(
-            run_periodically(
-                feed.step, interval_s=interval_s, jitter=0.0, rng=random.Random(),
-                name="canary-learning", aligned=True,
-            ),
+            run_aligned(feed.step, interval_s=interval_s, name="canary-learning"),
             "canary-learning",
         )  # fmt: skip
         yield

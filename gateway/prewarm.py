@@ -9,7 +9,6 @@ prober records as traffic and as a warm TTFT or a cold start. Off unless the pol
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol
@@ -17,7 +16,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
-from gateway.signals.tasks import TaskOwner, run_periodically
+from gateway.signals.tasks import TaskOwner, run_aligned
 from routing.types import FleetSnapshot
 
 logger = logging.getLogger(__name__)
@@ -77,14 +76,7 @@ def prewarm_ctx(
 
         owner = TaskOwner()
         owner.spawn(
-            run_periodically(
-                prewarm.step,
-                interval_s=interval_s,
-                jitter=0.0,
-                rng=random.Random(),
-                name="prewarm",
-                aligned=True,
-            ),
+            run_aligned(prewarm.step, interval_s=interval_s, name="prewarm"),
             "prewarm",
         )
         yield

@@ -45,7 +45,7 @@ from gateway.signals.probes import ProbeObserver, Prober, ProbeSummary
 from gateway.signals.rtt_policy import RttPolicy, routed_rtt
 from gateway.signals.shared_fleet import LeaderScraper, SharedFleet
 from gateway.signals.targets import BackendTarget
-from gateway.signals.tasks import TaskOwner, run_periodically
+from gateway.signals.tasks import TaskOwner, run_aligned
 from routing.types import BackendState, FleetSnapshot, built_from
 
 logger = logging.getLogger(__name__)
@@ -138,13 +138,10 @@ class SignalHub(ProbeObserver):
         await self.scraper.start()
         await self.summaries.start()
         self._tasks.spawn(
-            run_periodically(
+            run_aligned(
                 self._tick_loop_step,
                 interval_s=self._config.tick_interval_s,
-                jitter=0.0,
-                rng=self._rng,
                 name="signal-hub-tick",
-                aligned=True,
             ),
             name="meridian-signal-hub-tick",
         )

@@ -67,7 +67,6 @@ async def run_periodically(
     jitter: float,
     rng: random.Random,
     name: str,
-    aligned: bool = False,
 ) -> None:
     """Run ``step`` forever on a jittered schedule until cancelled.
 
@@ -76,16 +75,28 @@ async def run_periodically(
     instead of firing as a burst. A step that raises is logged
     once per distinct failure (not once per run) and the loop carries on: a signal loop that
     dies silently is worse than one that keeps trying.
-
-    ``aligned`` (in-process housekeeping, which loads no backend): no jitter and no random
-    start; each run comes at the next whole multiple of ``interval_s`` on the loop's clock
-    (:func:`next_boundary`), so such loops share their wake-ups.
     """
+    await asyncio.sleep(rng.uniform(0.0, min(interval_s, FIRST_RUN_SPREAD_S)))
+    await _keep_running(step, name, lambda: asyncio.sleep(jittered(interval_s, jitter, rng)))
+
+
+async def run_aligned(
+    step: Callable[[], Awaitable[object]], *, interval_s: float, name: str
+) -> None:
+    """Run ``step`` forever until cancelled, each run at the next whole multiple of
+    ``interval_s`` on the loop's clock (:func:`next_boundary`): for in-process housekeeping,
+    which loads no backend, so such loops share their wake-ups. Failures are handled as in
+    :func:`run_periodically`."""
+    await sleep_aligned(interval_s)
+    await _keep_running(step, name, lambda: sleep_aligned(interval_s))
+
+
+async def _keep_running(
+    step: Callable[[], Awaitable[object]], name: str, pause: Callable[[], Awaitable[None]]
+) -> None:
+    """Run ``step``, then ``pause()``, forever; a failing step is logged once per distinct
+    failure and the loop carries on."""
     last_failure: str | None = None
-    if aligned:
-        await sleep_aligned(interval_s)
-    else:
-        await asyncio.sleep(rng.uniform(0.0, min(interval_s, FIRST_RUN_SPREAD_S)))
     while True:
         try:
             await step()
@@ -100,10 +111,7 @@ async def run_periodically(
             if last_failure is not None:
                 logger.info("signal loop %s: step recovered", name)
             last_failure = None
-        if aligned:
-            await sleep_aligned(interval_s)
-        else:
-            await asyncio.sleep(jittered(interval_s, jitter, rng))
+        await pause()
 
 
 class TaskOwner:

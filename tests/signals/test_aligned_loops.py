@@ -4,12 +4,11 @@ idle gateway for every loop due then, instead of one each."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.signals.tasks import next_boundary, run_periodically, sleep_until
+from gateway.signals.tasks import next_boundary, run_aligned, sleep_until
 
 NOW = st.floats(min_value=0.0, max_value=1e7, allow_nan=False)
 INTERVAL_MS = st.integers(min_value=1, max_value=600_000)
@@ -79,14 +78,7 @@ async def test_aligned_loops_started_apart_run_in_the_same_passes() -> None:
             done.set()
 
     def start(name: str) -> asyncio.Task[None]:
-        periodic = run_periodically(
-            lambda: step(name),
-            interval_s=0.2,
-            jitter=0.0,
-            rng=random.Random(1),
-            name=name,
-            aligned=True,
-        )
+        periodic = run_aligned(lambda: step(name), interval_s=0.2, name=name)
         return loop.create_task(periodic)
 
     tasks = [start("a")]
