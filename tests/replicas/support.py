@@ -213,6 +213,17 @@ async def chat(
         return response.status, backend_of(response), time.perf_counter() - started
 
 
+async def explain(
+    session: aiohttp.ClientSession, url: str, messages: list[dict[str, str]]
+) -> dict[str, Any]:
+    """The replica at ``url``'s route explanation for this chat (nothing reserved or learned)."""
+    body = chat_body(messages, 4, False)
+    async with session.post(url + "/v1/meridian/route", json=body) as response:
+        assert response.status == 200, await response.text()
+        report: dict[str, Any] = await response.json()
+        return report
+
+
 def backend_of(response: aiohttp.ClientResponse) -> str | None:
     route = response.headers.get("X-Meridian-Route", "")
     for part in route.split(";"):

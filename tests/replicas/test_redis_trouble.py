@@ -19,7 +19,7 @@ from tests.replicas.support import (
     LoadRun,
     Tier,
     chat,
-    chat_body,
+    explain,
     p99,
     tier,
     wait_for,
@@ -93,7 +93,8 @@ async def test_killed_redis_costs_no_request_and_state_reconciles_on_restart(
             state = await second.state(t.session)
             if state["prefix_queued_blocks"] != 0:
                 return False
-            return [await _explained_choice(t, second.url, turn) for turn in turns2] == served
+            reports = [await explain(t.session, second.url, turn) for turn in turns2]
+            return [report["chosen"] for report in reports] == served
 
         await wait_for(second_learned_them, 30.0)
         for n, (backend, turn2) in enumerate(zip(served, turns2, strict=True)):
@@ -102,16 +103,6 @@ async def test_killed_redis_costs_no_request_and_state_reconciles_on_restart(
 
 
 _AND_THEN = {"role": "user", "content": "And then?"}
-
-
-async def _explained_choice(t: Tier, url: str, messages: list[dict[str, str]]) -> str | None:
-    """The backend the gateway at ``url`` would choose for this chat now (its explain route)."""
-    body = chat_body(messages, 4, False)
-    async with t.session.post(url + "/v1/meridian/route", json=body) as response:
-        assert response.status == 200, await response.text()
-        report = await response.json()
-    chosen = report["chosen"]
-    return str(chosen) if chosen is not None else None
 
 
 async def test_paused_redis_leaves_request_latency_unchanged(

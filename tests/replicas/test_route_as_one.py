@@ -19,6 +19,7 @@ from tests.replicas.support import (
     Tier,
     chat,
     chat_body,
+    explain,
     tier,
     wait_for,
 )
@@ -89,10 +90,7 @@ async def _cached_tokens(
     session: aiohttp.ClientSession, url: str, messages: list[dict[str, str]]
 ) -> dict[str, int]:
     """Each backend's cached prompt tokens for ``messages``, as the replica at ``url`` sees them."""
-    body = chat_body(messages, 4, False)
-    async with session.post(url + "/v1/meridian/route", json=body) as response:
-        assert response.status == 200
-        report = await response.json()
+    report = await explain(session, url, messages)
     return {str(c["backend"]): int(c["cached_tokens"]) for c in report["candidates"]}
 
 
