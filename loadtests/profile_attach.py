@@ -39,12 +39,13 @@ async def profile(args: argparse.Namespace) -> int:
             profiler = await asyncio.create_subprocess_exec(*command)
             try:
                 measured = _workload(args.concurrency, args.requests, args.tokens)
-                await run_bench(url, parse_workload(measured), options)
+                result = await run_bench(url, parse_workload(measured), options)
             finally:
                 profiler.send_signal(signal.SIGINT)
                 code = await profiler.wait()
-    print(f"profiler exited with {code}; gateway pid was {pid}")
-    return 0
+    failed = sum(1 for record in result.records if not record.ok)
+    print(f"profiler exited with {code}; gateway pid was {pid}; {failed} request(s) failed")
+    return 1 if failed else 0  # a profile of error answers is not the relay's
 
 
 def main(argv: list[str] | None = None) -> int:
