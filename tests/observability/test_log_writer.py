@@ -70,3 +70,50 @@ def test_a_line_keeps_its_args_as_logged_and_its_traceback_in_exc() -> None:
     assert failed["msg"] == "failed 7"
     assert failed["level"] == "error"
     assert "RuntimeError: boom" in failed["exc"]
+
+
+CHILD_ONE_WRITE = textwrap.dedent(
+    """
+    import io, logging, sys, threading
+    import orjson
+    from gateway.observability import log_format
+
+    class Recording(io.StringIO):
+        # The first write waits until the lines after it are queued, so the writer finds them
+        # all at its next look.
+        def __init__(self):
+            super().__init__()
+            self.writes = []
+            self.inside, self.go_on = threading.Event(), threading.Event()
+
+        def write(self, text):
+            self.writes.append(text)
+            if len(self.writes) == 1:
+                self.inside.set()
+                self.go_on.wait(30)
+            return super().write(text)
+
+    out = Recording()
+    log = logging.getLogger("meridian.test")
+    log_format.install("INFO", "json", out)
+    log.info("first")
+    assert out.inside.wait(30)
+    for n in range(200):
+        log.info("line %d", n)
+    log.info("unformattable %d", "not a number")  # logging's own error report, on stderr
+    log.info("after")
+    out.go_on.set()
+    log_format.flush()
+    sys.stdout.write(orjson.dumps([[orjson.loads(l)["msg"] for l in w.splitlines()] for w in out.writes]).decode())
+    """
+)
+
+
+def test_lines_found_together_are_one_write_and_a_bad_one_loses_only_itself() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_ONE_WRITE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    writes = orjson.loads(done.stdout)
+    assert writes == [["first"], [f"line {n}" for n in range(200)] + ["after"]]
+    assert "Logging error" in done.stderr  # the bad record was reported, not dropped silently
