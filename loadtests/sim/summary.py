@@ -70,6 +70,10 @@ class Summary:
     warm_ups: int = 0
     cold_starts: int = 0
     serverless_warm_share: float | None = None
+    # The mean end-to-end time: what the whole-answer score (routing/answer_score.py) adds up
+    # per request, its TTFT and its decode with the decode it adds to the others'. A router can
+    # win it while a percentile moves the other way (docs/sessions/2026-12-03-session13.md).
+    e2e_mean_ms: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -120,6 +124,7 @@ def summarize(
         rejected=res.rejections,
         ttft_p50_ms=_pct(ttft, 50), ttft_p90_ms=_pct(ttft, 90), ttft_p99_ms=_pct(ttft, 99),
         e2e_p50_ms=_pct(e2e, 50), e2e_p90_ms=_pct(e2e, 90), e2e_p99_ms=_pct(e2e, 99),
+        e2e_mean_ms=float(e2e.mean()) if len(e2e) else None,
         long_form_e2e_p99_ms=_pct(res.e2e_ms[lf], 99) if mixed else None,
         interactive_ttft_p99_ms=_pct(res.ttft_ms[inter], 99) if mixed else None,
         cache_hit_ratio=float(res.cached_tokens[done].sum()) / max(1, int(prompt[done].sum())),

@@ -10,6 +10,7 @@ import yaml
 from loadtests.sim.cli import main
 from loadtests.sim.loop import simulate
 from loadtests.sim.markdown import source_revision
+from loadtests.sim.report import table
 from loadtests.sim.summary import summarize
 from loadtests.sim.trace import build_trace
 from tests.sim.conftest import build, tiny
@@ -50,6 +51,19 @@ def test_a_slowed_region_is_slower_for_nearest_region_routing() -> None:
     fast_p50 = summarize(simulate(base, trace, "nearest_region"), trace).ttft_p50_ms
     slow_p50 = summarize(simulate(slowed, trace, "nearest_region"), trace).ttft_p50_ms
     assert slow_p50 > 2 * fast_p50
+
+
+def test_the_mean_e2e_of_completed_requests_is_in_the_summary_and_the_table() -> None:
+    scenario = build(tiny())
+    trace = build_trace(scenario, requests=200)
+    run = simulate(scenario, trace, "round_robin")
+    summary = summarize(run, trace)
+    done = ~np.isnan(run.results.ttft_ms)
+    assert summary.e2e_mean_ms == pytest.approx(float(run.results.e2e_ms[done].mean()))
+    assert summary.e2e_p50_ms <= summary.e2e_p99_ms
+    header, row = table([summary]).splitlines()[:3:2]
+    assert header.split()[:8] == ["policy", "TTFT", "p50", "p90", "p99", "E2E", "mean", "p50"]
+    assert row.split()[4] == f"{summary.e2e_mean_ms:.0f}"
 
 
 def test_cli_writes_table_json_and_plots(
