@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup lint typecheck coverage unit bench clean image-test
+.PHONY: run test setup lint typecheck coverage unit bench clean image-test compiled-test
 
 $(STAMP): pyproject.toml
 	@PYTHON=$(PYTHON) sh scripts/check_prereqs.sh
@@ -49,6 +49,11 @@ unit: $(STAMP)
 ## Needs what setup installs too (podman-compose in .venv-deploy/), so it also runs alone.
 image-test: setup
 	sh scripts/image_test.sh
+
+## The opt-in compiled build (MERIDIAN_COMPILE=1, routing/compiled_modules.py): build its wheel and
+## run the routing, simulator and gateway tests against its extensions; .ci/run runs it.
+compiled-test: $(STAMP)
+	sh scripts/compiled_test.sh
 
 ## Gateway overhead benchmark (not part of the tests): direct vs through the gateway.
 bench: $(STAMP)

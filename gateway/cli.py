@@ -10,6 +10,7 @@ import importlib
 import sys
 
 from gateway import __version__
+from gateway.build_info import routing_build
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("gateway.commands.serve", "run the gateway (embedded emulated fleet if no --config)"),
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     if args[0] == "--version":
-        print(f"meridian {__version__}")
+        print(f"meridian {__version__} (routing: {routing_build()})")
         return 0
     entry = SUBCOMMANDS.get(args[0])
     if entry is None:

@@ -107,9 +107,9 @@ class ArrivalLedger:
         recent = self._recent
         if not recent:
             return None
-        own = sum(i.own_prompt for i in recent) - sum(i.own_hits for i in recent)
-        others = sum(i.uncached for i in recent) - max(own, 0.0)
-        return max(others, 0.0) / sum(i.seconds for i in recent)
+        own = sum((i.own_prompt for i in recent), 0.0) - sum((i.own_hits for i in recent), 0.0)
+        others = sum((i.uncached for i in recent), 0.0) - max(own, 0.0)
+        return max(others, 0.0) / sum((i.seconds for i in recent), 0.0)
 
     @property
     def requests_per_s(self) -> float | None:
@@ -117,5 +117,6 @@ class ArrivalLedger:
         recent = self._recent
         if not recent or any(i.arrived is None for i in recent):
             return None
-        others = sum(i.arrived or 0.0 for i in recent) - sum(i.own_requests for i in recent)
-        return max(others, 0.0) / sum(i.seconds for i in recent)
+        own = sum((i.own_requests for i in recent), 0.0)
+        others = sum((i.arrived or 0.0 for i in recent), 0.0) - own
+        return max(others, 0.0) / sum((i.seconds for i in recent), 0.0)

@@ -17,6 +17,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 import gateway
+from gateway.build_info import routing_build
 from gateway.metrics import LATENCY_BUCKETS, ROUTE_LABELS
 
 _QUEUE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -78,6 +79,7 @@ class RequestMetrics:
                 "version": gateway.__version__,
                 "python_version": platform.python_version(),
                 "implementation": platform.python_implementation(),
+                "routing": routing_build(),  # compiled or interpreted (gateway/build_info.py)
             }
         )
         ProcessCollector(registry=r)

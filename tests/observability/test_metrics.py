@@ -108,7 +108,7 @@ async def test_request_metrics_carry_model_region_backend_door_and_promtool_acce
     assert _value(samples, attempts, backend="b1", kind="first", outcome="5xx") == 2
     assert _value(samples, attempts, backend="b2", kind="retry", outcome="ok") == 2
     assert _value(samples, attempts, backend="b2", kind="first", outcome="ok") == 2
-    assert _value(samples, "meridian_build_info", version="0.1.0") == 1
+    assert _value(samples, "meridian_build_info", version="0.1.0", routing="interpreted") == 1
     assert _value(samples, "process_resident_memory_bytes") > 0
     assert not any(
         labels and dict(labels).get("model") == "not-configured" for _, labels in samples

@@ -80,9 +80,16 @@ def _decision(router: Any, snapshot: FleetSnapshot, now: float, k: int) -> str:
     return repr([seen, decision.rejected, decision.omitted, decision.explored])
 
 
+def _arrays(rt: Any) -> list[tuple[str, np.ndarray]]:
+    """Every array attribute of ``rt``: by ``dir``, not ``vars``, so a compiled ``RowTerms``
+    (no ``__dict__``; ``make compiled-test``) is read the same way."""
+    values = ((name, getattr(rt, name)) for name in dir(rt) if not name.startswith("__"))
+    return [(name, value) for name, value in values if isinstance(value, np.ndarray)]
+
+
 def _columns(router: Any) -> dict[str, bytes]:
     rt = router.scorer.row_terms
-    out = {name: v.tobytes() for name, v in vars(rt).items() if isinstance(v, np.ndarray)}
+    out = {name: v.tobytes() for name, v in _arrays(rt)}
     prefilling = router.load.prefilling
     out["windows"] = repr((prefilling.window_s, prefilling.typical_ms)).encode()
     out["sets"] = repr((sorted(rt._hedged_rows), sorted(rt._arriving_rows))).encode()
