@@ -22,7 +22,6 @@ import logging
 import time
 from dataclasses import replace
 from functools import partial
-from typing import cast
 
 from gateway.attempt import AttemptContext, AttemptFailure
 from gateway.chain import relay_hooks as chain
@@ -55,7 +54,13 @@ from gateway.timing import TimingEntry, insert_after
 from gateway.upstream import UpstreamPool
 from gateway.walk import CandidateWalk, walk_hedged, walk_in_turn
 from routing.reservation import decide
-from routing.types import FirstToken, FirstTokenObserver, Observation, PolicyRouter, RequestProfile
+from routing.types import (
+    FirstToken,
+    Observation,
+    PolicyRouter,
+    RequestProfile,
+    first_token_observer,
+)
 
 log = logging.getLogger("meridian.relay")
 
@@ -266,7 +271,7 @@ class Relay:
     def _learn_first_token(self, opened: OpenedStream, inbound: InboundRequest) -> None:
         """Teach routing this TTFT now, not at the end of the stream: a backlog building up
         on a backend shows seconds earlier."""
-        router = _first_token_observer((opened.state or self._state).router)
+        router = first_token_observer((opened.state or self._state).router)
         if router is None or opened.upstream_ttfb_ms is None:
             return
         router.observe_first_token(
@@ -385,15 +390,3 @@ def _error_for(failures: list[AttemptFailure], message: str) -> ApiError:
     if all(f.kind == "connect" or f.status == 503 for f in failures):
         return no_backend(message, retry_after or 1.0)
     return upstream_failed(message, 502, retry_after)
-
-
-def _first_token_observer(router: object) -> FirstTokenObserver | None:
-    """``router`` if it takes ``observe_first_token``, else None. Asked once per class: an
-    ``isinstance`` against the runtime Protocol walks its members (~3 us, every request)."""
-    kind = type(router)
-    if (takes := _TAKES_FIRST_TOKENS.get(kind)) is None:
-        takes = _TAKES_FIRST_TOKENS[kind] = issubclass(kind, FirstTokenObserver)
-    return cast(FirstTokenObserver, router) if takes else None
-
-
-_TAKES_FIRST_TOKENS: dict[type, bool] = {}

@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, cast, runtime_checkable
 
 from routing.prefix import DEFAULT_BLOCK_TOKENS
 from routing.price import Price
@@ -272,6 +272,19 @@ class FirstTokenObserver(Protocol):
     prefix and learns ITL, without learning the TTFT twice)."""
 
     def observe_first_token(self, first: FirstToken) -> None: ...
+
+
+def first_token_observer(router: object) -> FirstTokenObserver | None:
+    """``router`` if it takes ``observe_first_token``, else None. Asked once per class: an
+    ``isinstance`` against the runtime Protocol walks its members (~3 us), and the gateway and
+    the simulator ask at every first token (a reload or a swap may change the router)."""
+    kind = type(router)
+    if (takes := _OBSERVES_FIRST_TOKENS.get(kind)) is None:
+        takes = _OBSERVES_FIRST_TOKENS[kind] = issubclass(kind, FirstTokenObserver)
+    return cast(FirstTokenObserver, router) if takes else None
+
+
+_OBSERVES_FIRST_TOKENS: dict[type, bool] = {}
 
 
 class PolicyRouter(Router, Protocol):

@@ -28,11 +28,11 @@ from routing.prefix_index import PurgeProgress
 from routing.types import (
     Decision,
     FirstToken,
-    FirstTokenObserver,
     FleetSnapshot,
     Observation,
     PolicyRouter,
     RequestProfile,
+    first_token_observer,
 )
 
 _BLOCKS_PER_TURN = 2000  # ~2 ms of index work between yields to requests
@@ -58,8 +58,7 @@ class SharedPrefixRouter:
         self.inner = inner
         self.name = inner.name
         self._sync = sync
-        # Asked once: isinstance against a runtime Protocol walks its members (~3 us a call).
-        self._first_tokens = inner if isinstance(inner, FirstTokenObserver) else None
+        self._first_tokens = first_token_observer(inner)
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         decision = self.inner.decide(profile, fleet, now)

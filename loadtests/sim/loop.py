@@ -16,7 +16,6 @@ from typing import Protocol, runtime_checkable
 
 from loadtests.emulator.engine import EventKind, SequenceRequest
 from loadtests.sim.fleet import SimBackend, build_fleet
-from loadtests.sim.observers import FirstTokenObservers
 from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
@@ -34,6 +33,7 @@ from routing.types import (
     Observation,
     RequestProfile,
     Router,
+    first_token_observer,
 )
 
 ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
@@ -78,7 +78,6 @@ class Simulation:
         self.signals = SignalModel(scenario, self.backends, trace.gateways)
         self._schedule = SignalSchedule(scenario.signals, self.backends, scenario.seed)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
-        self._observers = FirstTokenObservers(self.routers)
         self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
         self._ticks = StepTicks(
             [getattr(router, "step_clock", None) for router in self.routers],
@@ -290,7 +289,7 @@ class Simulation:
         """The first token reaches the gateway: the router learns the TTFT now, as the
         gateway's relay does, not at the end of the stream."""
         state = self._open[i]
-        router = self._observers.of(state.request.gateway)
+        router = first_token_observer(self.routers[state.request.gateway])
         if router is not None:
             request = state.request
             router.observe_first_token(FirstToken(
