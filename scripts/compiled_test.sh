@@ -3,7 +3,9 @@
 # Builds the wheel a user gets from `MERIDIAN_COMPILE=1 pip install .` (an isolated build: pip
 # fetches setuptools and mypy itself), puts its extensions beside a copy of this tree's sources,
 # and runs the routing, simulator and gateway tests there with MERIDIAN_EXPECT_COMPILED=1, which
-# fails the run if any module of routing/compiled_modules.py imported as Python.
+# fails the run if any module of routing/compiled_modules.py imported as Python. Then the same
+# simulator scenarios run on both builds: every policy must make the same decisions, to the
+# last request's numbers (only the runs' wall times may differ).
 # A copy, so the checkout's own runs (make test, coverage) stay pure Python.
 set -eu
 cd "$(dirname "$0")/.."
@@ -49,4 +51,32 @@ done_step
 step "tests against it"
 cd "$WORK/src"
 MERIDIAN_EXPECT_COMPILED=1 "$BIN/pytest" -q -p no:cacheprovider tests/routing tests/sim tests/gateway
+done_step
+
+step "same decisions as the interpreted build"
+for scenario in 1-three-region-spike 2-prefix-heavy-multitenant 5-path-degrades-and-recovers; do
+    for side in interpreted compiled; do
+        if [ "$side" = compiled ]; then tree=$WORK/src; else tree=$ROOT; fi
+        (cd "$tree" && PYTHONPATH="$tree" "$BIN/python" -m gateway.cli sim \
+            "loadtests/scenarios/$scenario.yaml" --requests 2000 --no-plots \
+            --out "$WORK/sim/$side/$scenario" > /dev/null)
+    done
+done
+"$BIN/python" - "$WORK/sim" <<'PY'
+import json, pathlib, sys
+WALL_TIMES = {"wall_s", "trace_build_s"}  # how long a run took: the only fields allowed to differ
+def outcomes(value):
+    if isinstance(value, dict):
+        return {k: outcomes(v) for k, v in value.items() if k not in WALL_TIMES}
+    if isinstance(value, list):
+        return [outcomes(v) for v in value]
+    return value
+sim = pathlib.Path(sys.argv[1])
+for run in sorted((sim / "interpreted").iterdir()):
+    interpreted = outcomes(json.loads((run / "results.json").read_text()))
+    compiled = outcomes(json.loads((sim / "compiled" / run.name / "results.json").read_text()))
+    if interpreted != compiled:
+        sys.exit(f"compiled-test: {run.name}: the compiled build decided differently")
+    print(f"compiled-test: {run.name}: the same results from both builds")
+PY
 done_step
