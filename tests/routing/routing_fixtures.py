@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from routing.types import BackendKind, BackendSpec, BackendState, FleetSnapshot, RequestProfile
 
 MODEL = "m"
@@ -29,3 +31,10 @@ def fleet(*states: BackendState, **kwargs: Any) -> FleetSnapshot:
 def profile(**kwargs: Any) -> RequestProfile:
     kwargs.setdefault("model", MODEL)
     return RequestProfile(**kwargs)
+
+
+def array_attributes(obj: Any) -> list[tuple[str, np.ndarray]]:
+    """Every array attribute of ``obj``: by ``dir``, not ``vars``, so a compiled class (no
+    ``__dict__``; ``make compiled-test``) is read the same way."""
+    values = ((name, getattr(obj, name)) for name in dir(obj) if not name.startswith("__"))
+    return [(name, value) for name, value in values if isinstance(value, np.ndarray)]

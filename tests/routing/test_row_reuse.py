@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing.policies import build_router
 from routing.types import BackendKind, FleetSnapshot, Observation, built_from
-from tests.routing.routing_fixtures import fleet, profile, state
+from tests.routing.routing_fixtures import array_attributes, fleet, profile, state
 
 NOW = 100.0
 
@@ -80,16 +79,9 @@ def _decision(router: Any, snapshot: FleetSnapshot, now: float, k: int) -> str:
     return repr([seen, decision.rejected, decision.omitted, decision.explored])
 
 
-def _arrays(rt: Any) -> list[tuple[str, np.ndarray]]:
-    """Every array attribute of ``rt``: by ``dir``, not ``vars``, so a compiled ``RowTerms``
-    (no ``__dict__``; ``make compiled-test``) is read the same way."""
-    values = ((name, getattr(rt, name)) for name in dir(rt) if not name.startswith("__"))
-    return [(name, value) for name, value in values if isinstance(value, np.ndarray)]
-
-
 def _columns(router: Any) -> dict[str, bytes]:
     rt = router.scorer.row_terms
-    out = {name: v.tobytes() for name, v in _arrays(rt)}
+    out = {name: v.tobytes() for name, v in array_attributes(rt)}
     prefilling = router.load.prefilling
     out["windows"] = repr((prefilling.window_s, prefilling.typical_ms)).encode()
     out["sets"] = repr((sorted(rt._hedged_rows), sorted(rt._arriving_rows))).encode()

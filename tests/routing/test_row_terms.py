@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from routing.policies import build_router
 from routing.predictor_rows import RowTerms
 from routing.types import BackendKind, FirstToken, Observation
-from tests.routing.routing_fixtures import fleet, profile, state
+from tests.routing.routing_fixtures import array_attributes, fleet, profile, state
 
 NOW = 500.0
 
@@ -45,15 +45,8 @@ def _state(i: int, drawn: tuple[Any, ...]) -> Any:
     )  # fmt: skip
 
 
-def _arrays(rt: Any) -> list[tuple[str, np.ndarray]]:
-    """Every array attribute of ``rt``: by ``dir``, not ``vars``, so a compiled ``RowTerms``
-    (no ``__dict__``; ``make compiled-test``) is read the same way."""
-    values = ((name, getattr(rt, name)) for name in dir(rt) if not name.startswith("__"))
-    return [(name, value) for name, value in values if isinstance(value, np.ndarray)]
-
-
 def _columns(rt: RowTerms, prefilling: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {name: value.copy() for name, value in _arrays(rt)}
+    out: dict[str, Any] = {name: value.copy() for name, value in array_attributes(rt)}
     out["sets"] = (set(rt._hedged_rows), set(rt._arriving_rows), rt.arriving, rt.hedging)
     out["windows"] = (list(prefilling.window_s), list(prefilling.typical_ms))
     return out
