@@ -80,6 +80,6 @@ INTERPRETED: dict[str, str] = {
     "routing.policies.predicted_ttft_params": _PYDANTIC,
     "routing.policies.prefix_memory": "a baseline policy, off the default path",
     "routing.policies.random_choice": "a baseline policy, off the default path",
-    "routing.policies.scalar_ttft": _PYDANTIC,
+    "routing.policies.scalar_ttft": _PROTOCOLS,
     "routing.policies.slo_cost": _PYDANTIC,
 }
