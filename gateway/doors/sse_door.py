@@ -23,7 +23,7 @@ from gateway.chain.hop import HOP_HEADERS
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
 from gateway.http_socket.policy import DOOR, body_too_slow
-from gateway.http_socket.protocol import DoorRequestHandler
+from gateway.http_socket.protocol import DoorRequestHandler, head_arrival
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, request_id_from
 from gateway.lifecycle.call import CoreCall
@@ -84,7 +84,7 @@ async def _read_body(request: web.Request) -> bytes:
 async def serve(
     request: web.Request, endpoint: Endpoint, wire: DoorWire = OPENAI_WIRE
 ) -> web.StreamResponse:
-    received_at = time.perf_counter()
+    received_at = head_arrival(request)  # the head's read, before aiohttp and the middlewares
     relay = request.app[RELAY]
     quotas = request.app[QUOTAS]
     request_id = request_id_from(request.headers.get("X-Request-Id"))

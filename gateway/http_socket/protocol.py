@@ -5,6 +5,11 @@ with a text body that quotes the offending line — often ``Authorization: Beare
 logs it with a traceback, once per request. :class:`DoorRequestHandler` answers in the OpenAI
 shape with fixed words instead, and logs one line naming only the status and the peer.
 
+Each request's arrival is the moment the read that completed its head returned
+(:func:`head_arrival`), not the moment its handler started: what aiohttp and the middlewares do
+in between, and the wait of a pipelined request behind the one before it, are the gateway's
+time, and the ``gw`` and ``ttft`` timing entries, deadlines and durations count them.
+
 A head that never finishes gets a 408, then the socket *lingers* (:class:`HeadTimeoutLinger`)
 instead of closing at once: closing a socket whose partial head the loop has not read yet is a
 reset, and a reset can cost the client the 408 written just before it. A body that never
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -58,6 +64,17 @@ _TIMEOUT_RESPONSE = (
 )
 
 
+def head_arrival(request: web.BaseRequest) -> float:
+    """When ``request`` arrived: the time of the read that completed the latest head parsed on
+    its connection. Read at the handler's start, that is this request's own head or (pipelined)
+    one that came with or after it, never an earlier request's: so the time is never before the
+    request arrived nor after its handler began. Now, for a request not read by this handler."""
+    protocol = request.protocol
+    if isinstance(protocol, DoorRequestHandler) and protocol.head_at is not None:
+        return protocol.head_at
+    return time.perf_counter()
+
+
 class HeadTimeoutLinger:
     """The 408 is written, the write side shut (the client reads the answer, then EOF), and
     what the client still sends is read and dropped until it closes, :data:`LINGER_BYTES` more
@@ -94,6 +111,8 @@ class DoorRequestHandler(RequestHandler):
         self._head_timer: asyncio.TimerHandle | None = None
         self._linger: HeadTimeoutLinger | None = None
         self.send_buffer: int | None = None  # SO_SNDBUF as an SSE response last set it
+        # perf_counter() of the read that completed the latest request head (head_arrival).
+        self.head_at: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -129,7 +148,11 @@ class DoorRequestHandler(RequestHandler):
         if self._linger is not None:  # answered 408: what still comes is read and dropped
             self._linger.discard(len(data))
             return
+        read_at = time.perf_counter()
+        heads = self._request_count
         super().data_received(data)
+        if self._request_count != heads:
+            self.head_at = read_at
         if self._head_timer is not None and (self._messages or self._request_in_progress):
             self._head_timer.cancel()  # a whole head arrived; keep-alive bounds the next ones
             self._head_timer = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 
 import aiohttp
@@ -113,3 +115,42 @@ async def test_upstream_server_timing_is_kept_as_next_hop(emulator, gateway) -> 
         assert by_name["hop-b.queue"].dur_ms == 12.5
         assert by_name["hop-b.engine"].desc == "x"
         assert "gw" in by_name
+
+
+def _pipelined_chat(host: str, max_tokens: int, close: bool) -> bytes:
+    body = orjson.dumps({**CHAT, "max_tokens": max_tokens})
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    head += "Connection: close\r\n" if close else ""
+    return (head + "\r\n").encode() + body
+
+
+async def test_a_request_is_timed_from_its_head_not_from_its_handler(emulator, gateway) -> None:
+    # Two requests pipelined in one write arrive in one read; aiohttp runs the second only
+    # after the first has streamed to its end. The second waited in the gateway that whole
+    # time, so its ttft (and gw) count from when its head was read, and cover the first's e2e.
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}))
+    host_port = running.url.removeprefix("http://")
+    host, port = host_port.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            _pipelined_chat(host_port, 24, close=False) + _pipelined_chat(host_port, 2, close=True)
+        )
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(-1), 30)  # the second closes the connection
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    first, second = raw.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200") and second.startswith(b"200")
+    summary = re.search(rb": meridian-timing (\{[^\n]*\})\n", first)
+    assert summary is not None
+    first_e2e_ms = orjson.loads(summary.group(1))["e2e_ms"]
+    head = second.split(b"\r\n\r\n", 1)[0].decode()
+    (timing,) = [line for line in head.split("\r\n") if line.lower().startswith("server-timing:")]
+    entries = {entry.name: entry.dur_ms for entry in parse(timing.split(":", 1)[1])}
+    # The first's e2e ends before the second's handler starts; the summary rounds to 0.001 ms.
+    assert entries["gw"] is not None and entries["gw"] >= first_e2e_ms - 0.001
+    assert entries["ttft"] is not None and entries["ttft"] > entries["gw"]
