@@ -47,6 +47,7 @@ from gateway.grpc.request_convert import (
     completion_request_to_body,
 )
 from gateway.grpc.status_map import failure_for_error
+from gateway.grpc_h2.context import H2ServicerContext
 from gateway.lifecycle.seam import (
     BackendEvent,
     BackendRequest,
@@ -220,7 +221,10 @@ class InferenceServicer(pb_grpc.InferenceServicer):
         """One call: its body to the backend, each chunk converted and sent, then its ending.
         A bug below ends the call INTERNAL without leaking its text to the client (gRPC would
         otherwise send the exception's repr as UNKNOWN)."""
-        received_at = time.perf_counter()
+        # The h2 engine knows when the call's HEADERS came; grpcio starts the handler only.
+        received_at = (
+            context.arrived_at if isinstance(context, H2ServicerContext) else time.perf_counter()
+        )
         try:
             metadata = read_call_metadata(context.invocation_metadata())
             request_id = metadata.request_id or uuid.uuid4().hex

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -61,6 +62,9 @@ class Call:
     ) -> None:
         self.connection = connection
         self.stream_id = stream_id
+        # perf_counter() when its HEADERS were read: the call's arrival (the servicer starts only
+        # once the request message is in, and the wait for it is the gateway's to count too).
+        self.arrived_at = time.perf_counter()
         self.handler = handler
         self.metadata: Metadata = headers.metadata
         self.limits = limits

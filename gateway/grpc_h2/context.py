@@ -29,6 +29,11 @@ class H2ServicerContext:
         self.details_value = ""
         self.trailing: list[Header] = []  # the trailing metadata as header fields
 
+    @property
+    def arrived_at(self) -> float:
+        """perf_counter() when the call's HEADERS were read (grpc.aio has no such time)."""
+        return self._call.arrived_at
+
     def invocation_metadata(self) -> Metadata:
         return self._call.metadata
 

@@ -120,8 +120,10 @@ class GatedBackend:
         self.gate = asyncio.Event()
         self.started = asyncio.Event()
         self.closed = False
+        self.requests: list[BackendRequest] = []
 
     async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
+        self.requests.append(request)
         self.started.set()
         try:
             yield StreamOpened((("x-meridian-route", "backend=scripted"),))

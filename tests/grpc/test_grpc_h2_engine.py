@@ -4,6 +4,7 @@ frames and writes it sends, and how it treats clients that reset, stall or never
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -76,6 +77,26 @@ async def test_headers_and_the_first_message_leave_in_one_write() -> None:
         raw = client.data(1)
         first = pb.ChatCompletionChunk.FromString(raw[5 : 5 + int.from_bytes(raw[1:5])])
         assert first.choices[0].delta.content == "Hello"
+        await client.close()
+
+
+async def test_a_call_is_timed_from_its_headers_not_from_its_message() -> None:
+    # The servicer starts once the request message is in; the call arrived with its HEADERS,
+    # and its timing entries and deadline count from then (as the HTTP door counts a body).
+    backend = GatedBackend(_token("Hello"))
+    async with h2_server(backend) as (running, engine):
+        client = await RawClient.connect(running.port)
+        client.h2.send_headers(1, request_headers())
+        client.flush()
+        await settle(lambda: engine.active_calls() == 1)  # the server has read the HEADERS
+        message_sent_at = time.perf_counter()
+        client.h2.send_data(1, grpc_frame(chat(max_tokens=5).SerializeToString()), end_stream=True)
+        client.flush()
+        await client.until(lambda: client.seen(h2.events.DataReceived, 1))
+        (request,) = backend.requests
+        assert request.received_at < message_sent_at
+        backend.gate.set()
+        await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
         await client.close()
 
 
