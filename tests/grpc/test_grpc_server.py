@@ -101,7 +101,14 @@ async def test_mid_stream_failure_ends_with_non_ok_status(grpc_engine: GrpcEngin
             async for chunk in call:
                 received.append(chunk)
     assert caught.value.code() is grpc.StatusCode.INTERNAL
-    assert 1 <= len(received) <= 4
+    assert "backend" in (caught.value.details() or "")  # the upstream broke: not a refusal
+    # The engine dies after 3 tokens. How many reach the client is not fixed: this rig's backend
+    # (DirectHttpBackend) reads through aiohttp, whose StreamReader raises the reset before the
+    # bytes it had buffered, so a busy loop that had not read them yet loses them (0-3 seen).
+    # What must hold is that the call never ends OK and never carries more than was generated.
+    # The gateway's own relay relays each read as it comes, so through it the tokens do arrive
+    # (test_grpc_gateway.py::test_mid_stream_failure_is_a_non_ok_status_with_timings).
+    assert len(received) <= 4
 
 
 async def test_client_cancel_cancels_upstream(grpc_engine: GrpcEngine) -> None:
