@@ -65,6 +65,14 @@ def hang_bound(within_s: float) -> float:
     return max(within_s, HANG_BOUND_S)
 
 
+def post_bytes(host: str, path: str, body: bytes, *, close: bool = False) -> bytes:
+    """One HTTP/1.1 POST of a JSON ``body``, as the bytes a hand-driven client writes (to hang
+    up, stall or pipeline exactly where a test wants)."""
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "")
+    return (head + "\r\n").encode() + body
+
+
 async def settle(
     predicate: Callable[[], bool], within_s: float = 30.0, step_s: float = 0.005
 ) -> float:

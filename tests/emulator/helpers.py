@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import orjson
 
-from tests.servers import settle
+from tests.servers import post_bytes, settle
 
 
 async def raw_post(
@@ -19,12 +19,7 @@ async def raw_post(
     """Send a POST by hand so a test can hang up at exactly the moment it wants."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    payload = orjson.dumps(body)
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
-    )
-    writer.write(head.encode() + payload)
+    writer.write(post_bytes(host, path, orjson.dumps(body)))
     await writer.drain()
     return reader, writer
 

@@ -13,7 +13,7 @@ from aiohttp import web
 from gateway.timing import parse
 from loadtests.emulator.config import FaultConfig
 from tests.gateway.support import MODEL, config_for
-from tests.servers import serving
+from tests.servers import post_bytes, serving
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
@@ -119,10 +119,7 @@ async def test_upstream_server_timing_is_kept_as_next_hop(emulator, gateway) -> 
 
 def _pipelined_chat(host: str, max_tokens: int, close: bool) -> bytes:
     body = orjson.dumps({**CHAT, "max_tokens": max_tokens})
-    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
-    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-    head += "Connection: close\r\n" if close else ""
-    return (head + "\r\n").encode() + body
+    return post_bytes(host, "/v1/chat/completions", body, close=close)
 
 
 async def test_a_request_is_timed_from_its_head_not_from_its_handler(emulator, gateway) -> None:

@@ -23,6 +23,7 @@ from tests.grpc.grpc_support import MODEL as GRPC_MODEL
 from tests.grpc.grpc_support import chat as grpc_chat
 from tests.grpc.test_grpc_gateway import grpc_gateway
 from tests.observability.support import until
+from tests.servers import post_bytes
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 PROMTOOL_HINT = "promtool not found: run make setup (Debian package: prometheus)"
@@ -157,11 +158,7 @@ async def _stuck_reader(host: str, port: int, release: asyncio.Event) -> None:
             "max_tokens": 20000,
         }
     )
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    await loop.sock_sendall(sock, head.encode() + body)
+    await loop.sock_sendall(sock, post_bytes(host, "/v1/chat/completions", body))
     await release.wait()
     sock.close()
 

@@ -22,7 +22,7 @@ from tests.reliability.support import (
     percentile,
     wait_for,
 )
-from tests.servers import arrivals, settle
+from tests.servers import arrivals, post_bytes, settle
 
 BOUND = 64 * 1024
 ENGINE = FAST_ENGINE.model_copy(update={"decode_base_ms": 1.0, "max_num_seqs": 64})
@@ -57,11 +57,7 @@ async def _slow_reader(host: str, port: int, cut_off: Callable[[], bool]) -> int
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, (host, port))
     body = orjson.dumps(chat(max_tokens=4000))
-    request = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    await loop.sock_sendall(sock, request)
+    await loop.sock_sendall(sock, post_bytes(host, "/v1/chat/completions", body))
     received = 0
     try:
         deadline = time.monotonic() + SETTLE_S
