@@ -38,6 +38,16 @@ class LearnedColumns:
         self.learned_at: F64 = empty  # NaN: nothing observed
         self._peer_rows: dict[tuple[object, ...], list[int]] = {}  # peer_key -> view rows
 
+    def bias_now_ms(self, backend: str, spec: BackendSpec) -> float:
+        """The offset a prediction for ``backend`` would carry now: what ``sync`` would write
+        to its ``bias_ms`` row, read straight from the learner (the column waits for the next
+        decision)."""
+        est = self.learner.estimate(backend)
+        peer = self.learner.peer(spec)
+        if peer is not None:
+            return pooled_bias_ms(est, peer, self.learner.params.peer_weight)
+        return 0.0 if est is None else est.offset_ms
+
     @property
     def view(self) -> FleetView | None:
         """The view the columns are aligned with (a new one: a new layout of rows)."""
@@ -101,12 +111,17 @@ class LearnedColumns:
             self.queue_scale[row] = self.queue_scale.item(row) ** (1.0 - w) * peer.queue_scale**w
             own_step = est.step_scale if est is not None else 1.0
             self.step_itl_ms[row] = spec.itl_ms * own_step ** (1.0 - w) * peer.step_scale**w
-            # Only the slow part is pooled: a level shift is this backend's own.
-            own_bias, shift = (est.bias_ms, est.shift_ms) if est is not None else (0.0, 0.0)
-            self.bias_ms[row] = (1.0 - w) * own_bias + w * peer.offset_ms + shift
+            self.bias_ms[row] = pooled_bias_ms(est, peer, w)
         self.prefill_rate[row], self.itl_ms[row] = max(rate, 1e-6), itl
         self.prefill_ms[row], self.service_ms[row], self.cold_start_ms[row] = (
             prefill_ms,
             max(service_ms, 1e-3),
             cold,
         )
+
+
+def pooled_bias_ms(est: BackendEstimate | None, peer: BackendEstimate, weight: float) -> float:
+    """A backend's offset with its group's: only the slow part is pooled, a level shift is
+    the backend's own."""
+    own_bias, shift = (est.bias_ms, est.shift_ms) if est is not None else (0.0, 0.0)
+    return (1.0 - weight) * own_bias + weight * peer.offset_ms + shift

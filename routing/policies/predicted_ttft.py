@@ -298,19 +298,32 @@ class PredictedTTFTScorer:
         view = self._view
         row = None if view is None else view.index.get(observation.backend)
         spec = None if view is None or row is None else view.specs[row]
-        self.learner.observe_first_token(self._current_rtt(observation, row), spec)
+        self.learner.observe_first_token(self._current_offsets(observation, row), spec)
 
-    def _current_rtt(self, observation: Observation, row: int | None) -> Observation:
-        """``observation`` with its predicted RTT replaced by what the probes say now: a
-        request in flight when a probe saw the RTT jump paid the new one, which the
-        prediction already follows; learned again as an offset it would count twice."""
+    def _current_offsets(self, observation: Observation, row: int | None) -> Observation:
+        """``observation`` with its predicted RTT and learned offset replaced by what they
+        are now, so it is learned against today's model, not the one it was routed with.
+
+        RTT: a request in flight when a probe saw the RTT jump paid the new one, which the
+        prediction already follows; learned again as an offset it would count twice.
+        Offset: requests in flight when a level shift was confirmed come back with a
+        prediction that lacks it. Against their own prediction each looked like a new
+        candidate step, and each taught the slow part the pending clip (~18 ms). That was
+        held, never given back when no third candidate came (traffic had left). Scenario 5,
+        seed 5: us-east-1's offset stood +36 ms after its spell and took ~60 s to decay, and
+        its share after recovery was 25% against 34% before."""
         terms = observation.predicted_terms_ms
-        if row is None or "rtt" not in terms:
+        view = self._view
+        if row is None or view is None or not terms:
             return observation
-        rtt = self.row_terms.rtt.item(row)
-        if rtt == terms["rtt"]:
+        now = dict(terms)
+        if "rtt" in terms:
+            now["rtt"] = self.row_terms.rtt.item(row)
+        if "bias" in terms:
+            now["bias"] = self.learned.bias_now_ms(observation.backend, view.specs[row])
+        if now == terms:
             return observation
-        return replace(observation, predicted_terms_ms={**terms, "rtt": rtt})
+        return replace(observation, predicted_terms_ms=now)
 
     def observe(self, observation: Observation) -> None:
         view, load = self._view, self._load
@@ -322,7 +335,7 @@ class PredictedTTFTScorer:
             if depth is not None:  # the batch it decoded in, as the latest signals show it
                 seqs = view.max_num_seqs.item(row)
                 itl_scale = self.row_terms.batch_scale(min(depth + 1.0, seqs), seqs)
-        self.learner.observe(self._current_rtt(observation, row), spec, itl_scale)
+        self.learner.observe(self._current_offsets(observation, row), spec, itl_scale)
         if observation.ok:  # the stream's last token: a step ended there
             self.step_clock.seen(observation.backend, observation.at)
         if observation.ok and observation.prefix_hashes:
