@@ -76,6 +76,7 @@ INTERPRETED: dict[str, str] = {
     "routing.policies.llm_d": _PYDANTIC,
     "routing.policies.nearest_region": _PYDANTIC,
     "routing.policies.oracle": "a simulator-only policy",
+    "routing.peer_learning": "peers' samples, re-expressed in the state feeder's turns, off the decision",
     "routing.policies.params": _PYDANTIC,
     "routing.policies.predicted_ttft_params": _PYDANTIC,
     "routing.policies.prefix_memory": "a baseline policy, off the default path",

@@ -7,12 +7,22 @@ touched since the last decision are rewritten, so observing every request stays 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from routing.fleet_view import F64, FleetView
 from routing.learner import BackendEstimate, OnlineLearner, peer_key
 from routing.types import BackendSpec
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedFrame:
+    """The learned factors a prediction for one backend uses: the frame its terms are in."""
+
+    prefill_rate: float  # tokens/s
+    queue_scale: float
+    step_itl_ms: float  # the configured ITL x the learned step scale
 
 
 class LearnedColumns:
@@ -42,11 +52,17 @@ class LearnedColumns:
         """The offset a prediction for ``backend`` would carry now: what ``sync`` would write
         to its ``bias_ms`` row, read straight from the learner (the column waits for the next
         decision)."""
-        est = self.learner.estimate(backend)
-        peer = self.learner.peer(spec)
-        if peer is not None:
-            return pooled_bias_ms(est, peer, self.learner.params.peer_weight)
-        return 0.0 if est is None else est.offset_ms
+        return self._factors(spec, self.learner.estimate(backend))[1]
+
+    def frame_now(self, backend: str, spec: BackendSpec) -> LearnedFrame:
+        """The learned rates a prediction for ``backend`` would use now (as ``bias_now_ms``)."""
+        return self._factors(spec, self.learner.estimate(backend))[0]
+
+    def frame_at(self, row: int) -> LearnedFrame:
+        """The learned rates row ``row``'s predictions used since the last decision."""
+        return LearnedFrame(
+            self.prefill_rate.item(row), self.queue_scale.item(row), self.step_itl_ms.item(row)
+        )
 
     @property
     def view(self) -> FleetView | None:
@@ -84,40 +100,53 @@ class LearnedColumns:
             setattr(self, name, np.zeros(size))
 
     def _fill(self, row: int, spec: BackendSpec, est: BackendEstimate | None) -> None:
-        rate = spec.prefill_tokens_per_s
         itl = spec.itl_ms
-        prefill_ms = 1000.0 * self.default_prompt_tokens / rate
+        prefill_ms = 1000.0 * self.default_prompt_tokens / spec.prefill_tokens_per_s
         service_ms = spec.first_token_overhead_ms + prefill_ms + itl * self.default_output_tokens
         cold = spec.cold_start_ms
-        self.queue_scale[row], self.bias_ms[row], self.bias_dev_ms[row] = 1.0, 0.0, 0.0
-        self.step_itl_ms[row] = spec.itl_ms
+        self.bias_dev_ms[row] = 0.0
         self.ratio_p90[row], self.learned_at[row], self.prefill_samples[row] = 1.0, np.nan, 0
         if est is not None:
-            rate = est.prefill_rate or rate
             itl = est.itl_ms or itl
             prefill_ms = est.prefill_ms if est.prefill_ms is not None else prefill_ms
             service_ms = est.service_ms or service_ms
             cold = est.cold_start_ms if est.cold_start_ms is not None else cold
-            self.queue_scale[row] = est.queue_scale
-            self.step_itl_ms[row] = spec.itl_ms * est.step_scale
-            self.bias_ms[row], self.bias_dev_ms[row] = est.offset_ms, est.bias_dev_ms
+            self.bias_dev_ms[row] = est.bias_dev_ms
             self.ratio_p90[row] = est.ratio_p90
             self.learned_at[row] = np.nan if est.last_at is None else est.last_at
             self.prefill_samples[row] = est.prefill_samples
-        peer = self.learner.peer(spec)
-        if peer is not None:
-            w = self.learner.params.peer_weight
-            rate = rate ** (1.0 - w) * (peer.prefill_rate or spec.prefill_tokens_per_s) ** w
-            self.queue_scale[row] = self.queue_scale.item(row) ** (1.0 - w) * peer.queue_scale**w
-            own_step = est.step_scale if est is not None else 1.0
-            self.step_itl_ms[row] = spec.itl_ms * own_step ** (1.0 - w) * peer.step_scale**w
-            self.bias_ms[row] = pooled_bias_ms(est, peer, w)
-        self.prefill_rate[row], self.itl_ms[row] = max(rate, 1e-6), itl
+        frame, bias = self._factors(spec, est)
+        self.prefill_rate[row], self.queue_scale[row] = frame.prefill_rate, frame.queue_scale
+        self.step_itl_ms[row], self.bias_ms[row] = frame.step_itl_ms, bias
+        self.itl_ms[row] = itl
         self.prefill_ms[row], self.service_ms[row], self.cold_start_ms[row] = (
             prefill_ms,
             max(service_ms, 1e-3),
             cold,
         )
+
+    def _factors(
+        self, spec: BackendSpec, est: BackendEstimate | None
+    ) -> tuple[LearnedFrame, float]:
+        """The learned rates (as a ``LearnedFrame``) and offset of a backend configured as
+        ``spec``, with its group's where peers are pooled."""
+        rate, queue, step, bias = spec.prefill_tokens_per_s, 1.0, 1.0, 0.0
+        if est is not None:
+            rate, queue, step, bias = (
+                est.prefill_rate or rate,
+                est.queue_scale,
+                est.step_scale,
+                est.offset_ms,
+            )
+        step_itl = spec.itl_ms * step
+        peer = self.learner.peer(spec)
+        if peer is not None:
+            w = self.learner.params.peer_weight
+            rate = rate ** (1.0 - w) * (peer.prefill_rate or spec.prefill_tokens_per_s) ** w
+            queue = queue ** (1.0 - w) * peer.queue_scale**w
+            step_itl = spec.itl_ms * step ** (1.0 - w) * peer.step_scale**w
+            bias = pooled_bias_ms(est, peer, w)
+        return LearnedFrame(max(rate, 1e-6), queue, step_itl), bias
 
 
 def pooled_bias_ms(est: BackendEstimate | None, peer: BackendEstimate, weight: float) -> float:

@@ -140,6 +140,10 @@ class StateConfig(_Section):
     replica_id: str | None = Field(
         default=None, description="This replica's id in shared state. Default: hostname-pid."
     )
+    share_learning: bool = Field(
+        default=True,
+        description="Learn from the first tokens the other replicas of this gateway's region (and the other workers of its host) saw, as they learn from ours: one learner per region, not one per process. Off: each learns from its own traffic only.",
+    )
     leader_when_degraded: bool = Field(
         default=True,
         description="When Redis is unreachable, probe as if leader (duplicate probes beat missing ones).",

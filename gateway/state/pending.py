@@ -7,10 +7,16 @@ per backend; in-flight counts are absolute and just marked dirty.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 
 from gateway.state.prefix_bounds import merge_newer, touch, trim
 from gateway.state.records import Ejection, SignalRecord, WriteBatch, keep_newer
+from gateway.state.samples import LearningSample
+
+# First-token samples kept for one flush (50 ms): ~20k requests/s per replica. Beyond, or
+# while the store is down, the oldest go: a sample is worth little once the next are in.
+_MAX_SAMPLES = 1024
 
 
 class PendingWrites:
@@ -21,12 +27,17 @@ class PendingWrites:
         self._prefix: dict[str, dict[int, float]] = {}
         self._signals: dict[str, SignalRecord] = {}
         self._ejections: dict[str, Ejection] = {}
+        self._samples: deque[LearningSample] = deque(maxlen=_MAX_SAMPLES)
+        self.dropped_samples = 0
         self.in_flight_dirty = True  # the first flush announces this replica
         self.dropped_blocks = 0
 
     def is_empty(self) -> bool:
         """Nothing to push (a due heartbeat aside)."""
-        return not (self.in_flight_dirty or self._prefix or self._signals or self._ejections)
+        return not (
+            self.in_flight_dirty or self._prefix or self._signals or self._ejections
+            or self._samples
+        )  # fmt: skip
 
     def block_count(self) -> int:
         return sum(len(blocks) for blocks in self._prefix.values())
@@ -49,6 +60,11 @@ class PendingWrites:
 
     def put_ejection(self, backend: str, ejection: Ejection) -> None:
         keep_newer(self._ejections, backend, ejection)
+
+    def add_sample(self, sample: LearningSample) -> None:
+        if len(self._samples) == self._samples.maxlen:
+            self.dropped_samples += 1
+        self._samples.append(sample)
 
     def take(self, in_flight: Mapping[str, int] | None, now: float) -> WriteBatch:
         """Everything due now, with at most ``max_blocks_per_flush`` prefix blocks (the rest
@@ -75,13 +91,16 @@ class PendingWrites:
             prefix=prefix,
             signals=self._signals,
             ejections=self._ejections,
+            samples=tuple(self._samples),
         )
         self._signals, self._ejections = {}, {}
+        self._samples.clear()
         self.in_flight_dirty = False
         return batch
 
     def restore(self, batch: WriteBatch) -> None:
-        """Put back a batch the store did not take, keeping anything newer written since."""
+        """Put back a batch the store did not take, keeping anything newer written since (not
+        its samples: by the time the store is back, newer ones say more)."""
         for backend, blocks in batch.prefix.items():
             self.add_blocks(backend, blocks)
         for backend, record in batch.signals.items():

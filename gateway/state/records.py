@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
+from gateway.state.samples import LearningSample, decode_sample, encode_sample
 
 
 class Timed(Protocol):
@@ -67,9 +68,12 @@ class WriteBatch:
     prefix: Mapping[str, Mapping[int, float]] = field(default_factory=dict)  # hash -> seen at
     signals: Mapping[str, SignalRecord] = field(default_factory=dict)
     ejections: Mapping[str, Ejection] = field(default_factory=dict)
+    samples: tuple[LearningSample, ...] = ()  # first tokens to learn from (not stored)
 
     def is_empty(self) -> bool:
-        return self.in_flight is None and not (self.prefix or self.signals or self.ejections)
+        return self.in_flight is None and not (
+            self.prefix or self.signals or self.ejections or self.samples
+        )
 
     def block_count(self) -> int:
         return sum(len(blocks) for blocks in self.prefix.values())
@@ -133,6 +137,7 @@ def encode_batch(batch: WriteBatch) -> bytes:
             "p": {b: [[h, t] for h, t in blocks.items()] for b, blocks in batch.prefix.items()},
             "s": {b: orjson.loads(encode_signal(s)) for b, s in batch.signals.items()},
             "e": {b: orjson.loads(encode_ejection(e)) for b, e in batch.ejections.items()},
+            "l": [encode_sample(sample) for sample in batch.samples],
         }
     )
 
@@ -153,6 +158,8 @@ def batch_of(data: Any) -> WriteBatch:
             prefix={str(b): {int(h): float(t) for h, t in pairs} for b, pairs in data["p"].items()},
             signals={str(b): decode_signal(orjson.dumps(s)) for b, s in data["s"].items()},
             ejections={str(b): decode_ejection(orjson.dumps(e)) for b, e in data["e"].items()},
+            # Absent from a replica of an earlier release: it shares no samples.
+            samples=tuple(decode_sample(sample) for sample in data.get("l", ())),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise _protocol_error(f"malformed state event: {exc!r}") from exc

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, cast
 
 from gateway.prefix_expiry import purger_of
+from gateway.state.feed_turns import drain_in_turns
+from gateway.state.sample_feeder import SamplePublisher
 from gateway.state.sync import SharedStateSync
 from routing.prefix_index import PurgeProgress
 from routing.types import (
@@ -54,11 +56,14 @@ def prefix_recorder_of(router: object) -> PrefixRecorder | None:
 class SharedPrefixRouter:
     """A ``PolicyRouter`` that shares the prefixes it learns. Request path: one dict update."""
 
-    def __init__(self, inner: PolicyRouter, sync: SharedStateSync) -> None:
+    def __init__(
+        self, inner: PolicyRouter, sync: SharedStateSync, samples: SamplePublisher | None = None
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self._sync = sync
         self._first_tokens = first_token_observer(inner)
+        self._samples = samples  # what ``inner`` learns at a first token, for the others
 
     def decide(self, profile: RequestProfile, fleet: FleetSnapshot, now: float) -> Decision:
         decision = self.inner.decide(profile, fleet, now)
@@ -104,6 +109,8 @@ class SharedPrefixRouter:
     def observe_first_token(self, first: FirstToken) -> None:
         if self._first_tokens is not None:
             self._first_tokens.observe_first_token(first)
+        if self._samples is not None:
+            self._samples.publish(first)
 
     def observe(self, observation: Observation) -> None:
         self.inner.observe(observation)
@@ -165,9 +172,4 @@ class RemotePrefixFeeder:
 
     async def run(self) -> None:
         """Until cancelled: wait for arrivals, drain them a turn's worth at a time."""
-        while True:
-            await self._arrived.wait()
-            self._arrived.clear()
-            if self.drain() == _BLOCKS_PER_TURN:
-                self._arrived.set()  # more queued: next turn, after requests had theirs
-            await asyncio.sleep(0)
+        await drain_in_turns(self._arrived, self.drain, _BLOCKS_PER_TURN)

@@ -35,6 +35,7 @@ from gateway.state.leases import LeaseKeeper
 from gateway.state.parking import Parking
 from gateway.state.pending import PendingWrites
 from gateway.state.records import Ejection, SignalRecord, TokenResult
+from gateway.state.samples import LearningSample
 from gateway.state.store import StateStore
 from gateway.state.view import SharedView
 
@@ -130,6 +131,15 @@ class SharedStateSync:
     def note_signal(self, backend: str, record: SignalRecord) -> None:
         self._view.put_signal(backend, record)
         self._pending.put_signal(backend, record)
+        self._parking.wake()
+
+    def note_sample(self, sample: LearningSample) -> None:
+        """A first token this replica's router learned from, for the others to learn too
+        (``routing.peer_learning``). Not stored, only published: a store private to this
+        process has no other reader, so nothing is queued for it."""
+        if self._private():
+            return
+        self._pending.add_sample(sample)
         self._parking.wake()
 
     def note_ejection(self, backend: str, ejection: Ejection) -> None:

@@ -4,7 +4,8 @@ a read never waits).
 
 Two hooks let the gateway follow what other replicas change without polling every entry:
 ``remote_version`` grows whenever their in-flight counts, signals or ejections change here,
-and ``on_remote_prefix`` (if set) receives the prefix blocks merged in that were new or newer.
+``on_remote_prefix`` (if set) receives the prefix blocks merged in that were new or newer, and
+``on_remote_samples`` (if set) the first-token samples another replica published.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gateway.state.prefix_bounds import merge_newer, touch, trim
 from gateway.state.records import Ejection, SharedPull, SignalRecord, WriteBatch, keep_newer
+from gateway.state.samples import LearningSample
 from gateway.state.store import Retention
 
 
@@ -28,6 +30,7 @@ class SharedView:
         self._signals: dict[str, SignalRecord] = {}
         self._ejections: dict[str, Ejection] = {}
         self.remote_version = 0
+        self.on_remote_samples: Callable[[Sequence[LearningSample]], None] | None = None
         self.on_remote_prefix: Callable[[str, Mapping[int, float]], None] | None = None
 
     # -- reads (request path) ------------------------------------------------------------
@@ -124,6 +127,8 @@ class SharedView:
         if batch.in_flight is not None or batch.signals or batch.ejections:
             self.remote_version += 1
         self._merge_records(batch.prefix, batch.signals, batch.ejections)
+        if batch.samples and self.on_remote_samples is not None:
+            self.on_remote_samples(batch.samples)
 
     def apply_pull(self, pull: SharedPull, now: float, with_prefix: bool = True) -> None:
         """Take in a refresh. ``with_prefix=False`` leaves the (possibly large) prefix part to

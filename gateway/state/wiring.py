@@ -31,6 +31,7 @@ from gateway.state.router_bridge import (
     SharedPrefixRouter,
     prefix_recorder_of,
 )
+from gateway.state.sample_feeder import RemoteSampleFeeder, SamplePublisher, peer_learner_of
 from gateway.state.sync import SharedStateSync
 from routing.types import PolicyRouter
 
@@ -46,14 +47,21 @@ class SharedState:
         backends: Sequence[str],
         registry: CollectorRegistry | None = None,
         shared_between_replicas: bool = False,
+        region: str = "",
+        share_learning: bool = True,
     ) -> None:
         self.sync = sync
         self.shared_between_replicas = shared_between_replicas
         self.fleet = SharedFleetBridge(sync)
         self.feeder = RemotePrefixFeeder()
-        self._feeder_task: asyncio.Task[None] | None = None
+        self.samples = RemoteSampleFeeder(region)
+        self._region = region
+        self._share_learning = share_learning
+        self._publisher: SamplePublisher | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.fleet.contend(backends)
         sync.snapshot().on_remote_prefix = self.feeder.offer
+        sync.snapshot().on_remote_samples = self.samples.offer
         if registry is not None:
             register_state_metrics(sync, registry)
 
@@ -68,7 +76,10 @@ class SharedState:
         except StateUnavailable as exc:
             raise ConfigError(exc.error.message) from None
         shared = config.state.backend != "memory"
-        return cls(sync, [b.name for b in config.backends], registry, shared)
+        backends = [b.name for b in config.backends]
+        return cls(
+            sync, backends, registry, shared, config.region or "", config.state.share_learning
+        )
 
     def seed_salt(self) -> int:
         """Per-replica salt for the routing seed; 0 when state is not shared (one replica)."""
@@ -83,11 +94,15 @@ class SharedState:
         if recorder is None:
             log.info("routing policy %s keeps no prefix index: nothing to share", router.name)
         self.feeder.recorder = recorder
+        learner = peer_learner_of(router) if self._share_learning else None
+        self.samples.learner = learner
         if not self.shared_between_replicas:
             # A store private to this process has no other reader: sharing would only keep
             # every prefix block twice more (local view and store) beside the router's index.
             return router
-        return SharedPrefixRouter(router, self.sync)
+        if learner is not None:
+            self._publisher = SamplePublisher(learner, self.sync, self._region)
+        return SharedPrefixRouter(router, self.sync, self._publisher)
 
     def health(self) -> StateHealth:
         """For ``/readyz`` details: ``health().as_dict()``, status ``ok`` or ``degraded``."""
@@ -97,14 +112,15 @@ class SharedState:
         """aiohttp ``cleanup_ctx``: register it before the signal hub's, so the hub starts
         after the sync and stops before it (its last counts and leases are released)."""
         await self.sync.start()
-        self._feeder_task = asyncio.create_task(
-            self.feeder.run(), name="meridian-state-prefix-feeder"
-        )
+        self._tasks = [
+            asyncio.create_task(self.feeder.run(), name="meridian-state-prefix-feeder"),
+            asyncio.create_task(self.samples.run(), name="meridian-state-sample-feeder"),
+        ]
         yield
-        if self._feeder_task is not None:
-            self._feeder_task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._feeder_task
+                await task
         await self.sync.stop()
 
     def describe(self, hub: SignalHub) -> dict[str, object]:
@@ -113,6 +129,7 @@ class SharedState:
         view = self.sync.snapshot()
         probes = hub.prober.summaries()
         names = sorted(snapshot.backends)
+        pub = self._publisher
         return {
             "health": self.health().as_dict(),
             "in_flight": {name: s.in_flight for name, s in snapshot.backends.items()},
@@ -126,6 +143,10 @@ class SharedState:
             "prefix_blocks": view.prefix_sizes(),
             "prefix_fed_blocks": self.feeder.fed_blocks,
             "prefix_queued_blocks": self.feeder.queued,
+            "learning_samples_published": 0 if pub is None else pub.published,
+            "learning_samples_fed": self.samples.fed,
+            "learning_samples_queued": self.samples.queued,
+            "learning_samples_other_region": self.samples.other_region,
         }
 
 

@@ -14,12 +14,14 @@ import numpy as np
 from routing.awaiting import AwaitingFirstToken
 from routing.fleet_view import Rows, ViewCache
 from routing.inflight import InFlightLedger
+from routing.learned_columns import LearnedFrame
 from routing.load import LoadColumns
 from routing.pipeline.candidates import build_candidates, no_backend, rank
 from routing.pipeline.filters import Filter, FilterContext, apply_filters
 from routing.pipeline.pickers import Picker
 from routing.pipeline.scoring import (
     FirstTokenLearner,
+    PeerLearner,
     PrefixKeeper,
     Prewarmer,
     ScoreContext,
@@ -50,6 +52,7 @@ class PipelineRouter:
         # protocol's attributes (~1 us, on every first token and observation in the sim).
         self._first_token_learner = scorer if isinstance(scorer, FirstTokenLearner) else None
         self._prefix_keeper = scorer if isinstance(scorer, PrefixKeeper) else None
+        self._peer_learner = scorer if isinstance(scorer, PeerLearner) else None
         self._prewarmer = scorer if isinstance(scorer, Prewarmer) else None
         self.picker = picker
         self.max_ranked = max_ranked
@@ -101,6 +104,24 @@ class PipelineRouter:
         learner = self._first_token_learner
         if learner is not None:
             learner.observe_first_token(first.observation())
+
+    @property
+    def learns_from_peers(self) -> bool:
+        """Whether first tokens other gateways saw teach this router (``observe_peer_...``)."""
+        return self._peer_learner is not None
+
+    def learned_frame(self, backend: str) -> LearnedFrame | None:
+        """The learned factors this router's predictions for ``backend`` use now (None: it
+        learns nothing, or has not routed with ``backend`` in its fleet yet)."""
+        learner = self._peer_learner
+        return None if learner is None else learner.learned_frame(backend)
+
+    def observe_peer_first_token(self, first: FirstToken, frame: LearnedFrame) -> None:
+        """A first token another gateway of this region saw, predicted in its ``frame``:
+        learned as if this router had routed it (routing.peer_learning). No reservation of
+        this router's is touched."""
+        if self._peer_learner is not None:
+            self._peer_learner.observe_peer_first_token(first, frame)
 
     def observe_canary(
         self,

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from routing.fleet_view import F64, FleetView, Rows
+from routing.learned_columns import LearnedFrame
 from routing.load import LoadColumns
 from routing.predictor import Prediction
 from routing.prefix_index import PurgeProgress
 from routing.quick_init import quick_init
-from routing.types import Candidate, Observation, RequestProfile
+from routing.types import Candidate, FirstToken, Observation, RequestProfile
 
 # Adds what a policy knows beyond the prediction to its ranked candidates (positions: ``order``).
 Annotate = Callable[[tuple[Candidate, ...], Sequence[int]], tuple[Candidate, ...]]
@@ -79,6 +80,16 @@ class FirstTokenLearner(Protocol):
     end of the stream then skips TTFT when ``Observation.first_token_observed``)."""
 
     def observe_first_token(self, observation: Observation) -> None: ...
+
+
+@runtime_checkable
+class PeerLearner(Protocol):
+    """A scorer that also learns from first tokens other gateways of its region saw
+    (routing.peer_learning)."""
+
+    def learned_frame(self, backend: str) -> LearnedFrame | None: ...
+
+    def observe_peer_first_token(self, first: FirstToken, frame: LearnedFrame) -> None: ...
 
 
 @runtime_checkable

@@ -15,9 +15,10 @@ from routing.awaiting import AwaitingFirstToken, OverdueParams
 from routing.exploration import Exploration, ExploreParams, Explorer
 from routing.fleet_view import F64, FleetView, eligible_positions
 from routing.keep_warm import keep_warm_positions, keep_warm_rows
-from routing.learned_columns import LearnedColumns
+from routing.learned_columns import LearnedColumns, LearnedFrame
 from routing.learner import LearnerParams, OnlineLearner
 from routing.load import LoadColumns
+from routing.peer_learning import reexpressed
 from routing.pipeline.filters import default_filters
 from routing.pipeline.pickers import MarginPicker
 from routing.pipeline.router import PipelineRouter
@@ -31,7 +32,7 @@ from routing.predictor_scalar import RowPrediction, predict_rows
 from routing.prefix_index import PrefixIndex, PurgeProgress, matching_chain
 from routing.prewarm import PrewarmParams, warm_up_rows
 from routing.step_clock import StepClock, phased
-from routing.types import LatencyClass, Observation, RequestProfile
+from routing.types import FirstToken, LatencyClass, Observation, RequestProfile
 
 _RTT, _PREFILL, _STEP, _COLD = (
     TERMS.index(name) for name in ("rtt", "prefill", "step", "cold_start")
@@ -298,6 +299,24 @@ class PredictedTTFTScorer:
         view = self._view
         row = None if view is None else view.index.get(observation.backend)
         spec = None if view is None or row is None else view.specs[row]
+        self.learner.observe_first_token(self._current_offsets(observation, row), spec)
+
+    def learned_frame(self, backend: str) -> LearnedFrame | None:
+        view = self._view
+        row = None if view is None else view.index.get(backend)
+        return None if row is None else self.learned.frame_at(row)
+
+    def observe_peer_first_token(self, first: FirstToken, frame: LearnedFrame) -> None:
+        """Learn a peer's first token in this scorer's frame (routing.peer_learning). Not a
+        step of this router's own clock: the peer's times cross a process (or host) boundary
+        and the phase wants the engine's step to the millisecond."""
+        view = self._view
+        row = None if view is None else view.index.get(first.backend)
+        if view is None or row is None:
+            return  # a backend this router has not seen in its fleet: nothing to re-express
+        spec = view.specs[row]
+        mine = self.learned.frame_now(first.backend, spec)  # the columns wait for a decision
+        observation = reexpressed(first, frame, mine).observation()
         self.learner.observe_first_token(self._current_offsets(observation, row), spec)
 
     def _current_offsets(self, observation: Observation, row: int | None) -> Observation:
