@@ -20,6 +20,7 @@ from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
 from loadtests.sim.shared_prefixes import SharedPrefixes
+from loadtests.sim.shared_samples import SharedSamples
 from loadtests.sim.signal_schedule import SignalSchedule
 from loadtests.sim.signals import SignalModel
 from loadtests.sim.step_ticks import StepTicks
@@ -39,6 +40,7 @@ from routing.types import (
 ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UNDELAY = range(11)
 SIGNAL = 11  # one backend's scrape or probe on its own schedule (signal_schedule.py)
 SHARE = 12  # a decision's prompt blocks reach another gateway (shared_prefixes.py)
+LEARN = 13  # a first token one gateway learned from reaches another (shared_samples.py)
 REJECT_SUFFIX = "+reject"
 
 
@@ -79,6 +81,7 @@ class Simulation:
         self._schedule = SignalSchedule(scenario.signals, self.backends, scenario.seed)
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
         self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
+        self._samples = SharedSamples(scenario, trace.gateways, self.routers)
         self._ticks = StepTicks(
             [getattr(router, "step_clock", None) for router in self.routers],
             [b.name for b in self.backends], self._one_way_s,
@@ -98,7 +101,7 @@ class Simulation:
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
             SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
             DELAY: self._delay, UNDELAY: self._undelay, SIGNAL: self._signal,
-            SHARE: self._shared.deliver,
+            SHARE: self._shared.deliver, LEARN: self._samples.deliver,
         }  # fmt: skip
 
     def _router(self, index: int, region: str) -> Router:
@@ -292,13 +295,16 @@ class Simulation:
         router = first_token_observer(self.routers[state.request.gateway])
         if router is not None:
             request = state.request
-            router.observe_first_token(FirstToken(
+            first = FirstToken(
                 self.backends[state.backend].name, now,
                 1000.0 * (state.first_at + state.one_way_s - request.at),
                 state.terms_ms, request.prompt_tokens, state.cached,
                 predicted_ttft_ms=state.predicted_ms,
-            ))  # fmt: skip
+            )  # fmt: skip
+            router.observe_first_token(first)
             state.first_seen = True
+            for at, ref in self._samples.published(request.gateway, first, now):
+                self._push(at, LEARN, ref)
 
     def _return(self, now: float, i: int) -> None:
         state = self._open.pop(i)

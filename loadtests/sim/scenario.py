@@ -176,6 +176,14 @@ class Signals(_Strict):
         "routers this long after it, plus half the round trip between their regions "
         "(loadtests/sim/shared_prefixes.py); None: each gateway knows only its own",
     )
+    shared_learning_delay_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="the gateways of one region learn from each other's first tokens "
+        "through the shared state (state.share_learning): each reaches the region's other "
+        "routers this long after it (loadtests/sim/shared_samples.py); None: each gateway "
+        "learns from its own traffic only",
+    )
 
 
 class BackendGroup(_Strict):

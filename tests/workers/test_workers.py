@@ -212,6 +212,27 @@ async def test_workers_share_the_prefix_index(tmp_path: Path, backend_url: str) 
         await _wait_for(both_fed)
 
 
+async def test_workers_learn_from_each_others_first_tokens(
+    tmp_path: Path, backend_url: str
+) -> None:
+    """The first tokens one worker's router learned from reach the other worker's router
+    through the host coordinator (gateway/state/sample_feeder.py): each reports samples it
+    published and samples fed from its peer."""
+    async with _serve(tmp_path, backend_url) as served:
+        seen: dict[str, dict[str, int]] = {}
+
+        async def both_learned_from_the_other() -> bool:
+            await served.chat()  # on a connection the kernel places
+            state = await served.get_json("/v1/meridian/state")
+            seen[state["health"]["replica"]] = {
+                "published": state["learning_samples_published"],
+                "fed": state["learning_samples_fed"],
+            }
+            return len(seen) == 2 and all(s["published"] and s["fed"] for s in seen.values())
+
+        await _wait_for(both_learned_from_the_other)
+
+
 async def _stream_started(backend: Any) -> bool:
     return bool(backend.stats.running)
 
