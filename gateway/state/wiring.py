@@ -48,7 +48,7 @@ class SharedState:
         registry: CollectorRegistry | None = None,
         shared_between_replicas: bool = False,
         region: str = "",
-        share_learning: bool = True,
+        share_learning: bool = False,
     ) -> None:
         self.sync = sync
         self.shared_between_replicas = shared_between_replicas

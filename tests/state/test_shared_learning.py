@@ -72,13 +72,13 @@ def _serve_a1(router: PolicyRouter, count: int) -> None:
 
 
 async def _replicas(
-    make_sync: SyncFactory, receiver_region: str = "us", **kwargs: bool
+    make_sync: SyncFactory, receiver_region: str = "us"
 ) -> tuple[PolicyRouter, SharedState, PolicyRouter]:
     one, two = await make_sync("g1"), await make_sync("g2")
     # Samples are published, not stored: only a subscribed replica gets them.
     await eventually(lambda: one.health().events_live and two.health().events_live, 30.0)
-    sender = SharedState(one, list(SPECS), None, True, "us", **kwargs)
-    receiver = SharedState(two, list(SPECS), None, True, receiver_region)
+    sender = SharedState(one, list(SPECS), None, True, "us", share_learning=True)
+    receiver = SharedState(two, list(SPECS), None, True, receiver_region, share_learning=True)
     return (
         sender.wrap_router(build_router("predicted_ttft", {}, 1)),
         receiver,
@@ -114,11 +114,11 @@ async def test_nothing_is_shared_when_sharing_is_off_or_the_policy_learns_nothin
 ) -> None:
     one, two = await make_sync("g1"), await make_sync("g2")
     await eventually(lambda: one.health().events_live and two.health().events_live, 30.0)
-    receiver = SharedState(two, list(SPECS), None, True, "us")
+    receiver = SharedState(two, list(SPECS), None, True, "us", share_learning=True)
     receiver.wrap_router(build_router("predicted_ttft", {}, 2))
-    off = SharedState(one, list(SPECS), None, True, "us", share_learning=False)
+    off = SharedState(one, list(SPECS), None, True, "us")  # off by default
     _serve_a1(off.wrap_router(build_router("predicted_ttft", {}, 1)), 3)
-    plain = SharedState(one, list(SPECS), None, True, "us")
+    plain = SharedState(one, list(SPECS), None, True, "us", share_learning=True)
     plain.wrap_router(build_router("round_robin", {}, 1))
     assert plain.samples.learner is None and off.samples.learner is None
     plain.fleet.note_in_flight("a2", +1)  # a marker, flushed after anything queued before it

@@ -93,12 +93,17 @@ def _sample(text: str, name: str, **labels: str) -> float:
 
 
 @contextlib.asynccontextmanager
-async def _serve(tmp_path: Path, backend_url: str, workers: int = 2) -> AsyncIterator[Served]:
+async def _serve(
+    tmp_path: Path, backend_url: str, workers: int = 2, **state: object
+) -> AsyncIterator[Served]:
     config = {
         "backends": [
             {"name": "b1", "region": "local", "url": backend_url + "/v1", "models": [MODEL]}
         ],
-        "state": {"intervals": {"flush_s": 0.02, "refresh_s": 0.2, "lease_period_s": 1.0}},
+        "state": {
+            "intervals": {"flush_s": 0.02, "refresh_s": 0.2, "lease_period_s": 1.0},
+            **state,
+        },
     }
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -218,7 +223,7 @@ async def test_workers_learn_from_each_others_first_tokens(
     """The first tokens one worker's router learned from reach the other worker's router
     through the host coordinator (gateway/state/sample_feeder.py): each reports samples it
     published and samples fed from its peer."""
-    async with _serve(tmp_path, backend_url) as served:
+    async with _serve(tmp_path, backend_url, share_learning=True) as served:
         seen: dict[str, dict[str, int]] = {}
 
         async def both_learned_from_the_other() -> bool:
