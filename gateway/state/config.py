@@ -142,7 +142,7 @@ class StateConfig(_Section):
     )
     share_learning: bool = Field(
         default=False,
-        description="Learn from the first tokens the other replicas of this gateway's region (and the other workers of its host) saw, as they learn from ours: one learner per region, not one per process. Better calibrated and fewer explorations after a path changes, but the replicas then react as one: in load spikes they leave a backend together (simulator: e2e p99 +0.3-8% in scenarios 1-2). Off: each learns from its own traffic only.",
+        description="Learn from the first tokens the other replicas of this gateway's region (and the other workers of its host) saw, as they learn from ours: one learner per region, not one per process. Better calibrated and fewer explorations after a path changes, but the replicas then react as one and leave a loaded backend together (simulator: e2e p99 +1.6-8.3% in scenarios 1, 2 and 8). Off: each learns from its own traffic only.",
     )
     leader_when_degraded: bool = Field(
         default=True,
