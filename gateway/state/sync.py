@@ -134,13 +134,10 @@ class SharedStateSync:
         self._parking.wake()
 
     def note_sample(self, sample: LearningSample) -> None:
-        """A first token this replica's router learned from, for the others to learn too
-        (``routing.peer_learning``). Not stored, only published: a store private to this
-        process has no other reader, so nothing is queued for it."""
-        if self._private():
-            return
-        self._pending.add_sample(sample)
-        self._parking.wake()
+        """A first token our router learned from, published for the others (not stored)."""
+        if not self._private():  # a store private to this process has no other reader
+            self._pending.add_sample(sample)
+            self._parking.wake()
 
     def note_ejection(self, backend: str, ejection: Ejection) -> None:
         self._view.put_ejection(backend, ejection)
