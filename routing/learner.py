@@ -113,9 +113,16 @@ class OnlineLearner:
     def estimates(self) -> Mapping[str, BackendEstimate]:
         return self._estimates
 
-    def observe(self, obs: Observation, spec: BackendSpec | None, itl_scale: float = 1.0) -> None:
+    def observe(
+        self,
+        obs: Observation,
+        spec: BackendSpec | None,
+        itl_scale: float = 1.0,
+        queued: bool = False,
+    ) -> None:
         """Learn from ``obs``. ``itl_scale``: the ITL at the batch the request ran in over the
-        ITL at a half-full batch (what ``itl_ms`` estimates), as the caller's model says."""
+        ITL at a half-full batch (what ``itl_ms`` estimates), as the caller's model says.
+        ``queued``: the engine has a queue now (``observe_first_token``)."""
         est = self._estimates.get(obs.backend)
         if est is None:
             est = self._estimates[obs.backend] = BackendEstimate()
@@ -135,12 +142,21 @@ class OnlineLearner:
             held_ms = in_batch_ms(obs) + obs.itl_ms * obs.output_tokens
             est.service_ms = _ewma(est.service_ms, held_ms, alpha)
         if not obs.first_token_observed:
-            self._learn_ttft(est, obs, spec)
+            self._learn_ttft(est, obs, spec, queued)
 
-    def observe_first_token(self, obs: Observation, spec: BackendSpec | None) -> None:
+    def observe_first_token(
+        self, obs: Observation, spec: BackendSpec | None, queued: bool = False
+    ) -> None:
         """Learn the TTFT terms from ``obs`` as soon as its first token is seen, long before the
         stream ends (a backlog the scrape hides shows only in TTFT, and a long stream would
-        tell it seconds late). The request is counted, and ITL learned, by ``observe`` later."""
+        tell it seconds late). The request is counted, and ITL learned, by ``observe`` later.
+
+        ``queued``: the engine has a queue now (requests waiting, or a full batch). Its
+        surprises are then not weighed as steps of the offset: a queue's wait is the same
+        for every request size, as a path's extra is, and scenario 1's spike confirmed ~25
+        such "steps" of 130-1000 ms on the eu-west backends, each sending traffic away for a
+        half-life. They are learned as any unsurprising residual is (queue, rates, the slow
+        part of the offset), and steps are weighed again once the queue has drained."""
         if obs.ttft_ms is None or obs.ttft_ms < 0:
             return
         est = self._estimates.get(obs.backend)
@@ -149,9 +165,11 @@ class OnlineLearner:
         decay(est, obs.at, self._decay_params)
         est.last_at = obs.at
         self.dirty.add(obs.backend)
-        self._learn_ttft(est, obs, spec)
+        self._learn_ttft(est, obs, spec, queued)
 
-    def _learn_ttft(self, est: BackendEstimate, obs: Observation, spec: BackendSpec | None) -> None:
+    def _learn_ttft(
+        self, est: BackendEstimate, obs: Observation, spec: BackendSpec | None, queued: bool
+    ) -> None:
         terms = obs.predicted_terms_ms
         predicted = obs.predicted_ttft_ms
         if predicted is None and terms:
@@ -161,7 +179,7 @@ class OnlineLearner:
         if terms:
             shift, held = est.shift_ms, est.shift_held_ms
             self._stepped_now = False
-            self._blame(est, obs, terms, spec, own=True)
+            self._blame(est, obs, terms, spec, own=True, queued=queued)
             est.offset_at = obs.at
             if est.shift_ms > shift:
                 est.shift_rtt_ms = terms.get("rtt")
@@ -242,6 +260,7 @@ class OnlineLearner:
         spec: BackendSpec | None,
         own: bool,
         clip_ms: float = math.inf,
+        queued: bool = False,
     ) -> None:
         """Blame the residual on what could have changed. A surprising residual is first
         weighed as a step of the offset (``consider_shift``: alike across request sizes, as an
@@ -265,7 +284,7 @@ class OnlineLearner:
         residual = variable - queue - prefill - step
         warm = fixed + queue + prefill + step
         settle_step(est, step, self.params.step_pull, self.params.min_term_ms)
-        if own and self._stepped(est, obs, residual, warm, terms):
+        if own and not queued and self._stepped(est, obs, residual, warm, terms):
             self._stepped_now = True
             return  # a step of the offset (or a candidate one): no rate's to learn
         p = self.params

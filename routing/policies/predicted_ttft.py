@@ -299,7 +299,19 @@ class PredictedTTFTScorer:
         view = self._view
         row = None if view is None else view.index.get(observation.backend)
         spec = None if view is None or row is None else view.specs[row]
-        self.learner.observe_first_token(self._current_offsets(observation, row), spec)
+        queued = self._engine_queued(observation.backend, row)
+        self.learner.observe_first_token(self._current_offsets(observation, row), spec, queued)
+
+    def _engine_queued(self, backend: str, row: int | None) -> bool:
+        """Whether ``backend``'s engine has a queue now: requests waiting at the last scrape,
+        or a batch as full as its ``max_num_seqs`` by the latest count (routing.learner)."""
+        view, load = self._view, self._load
+        if view is None or row is None:
+            return False
+        if view.waiting0.item(row) > 0.0:
+            return True
+        depth = None if load is None else load.depth_of(backend)
+        return depth is not None and depth >= view.max_num_seqs.item(row)
 
     def learned_frame(self, backend: str) -> LearnedFrame | None:
         view = self._view
@@ -317,7 +329,8 @@ class PredictedTTFTScorer:
         spec = view.specs[row]
         mine = self.learned.frame_now(first.backend, spec)  # the columns wait for a decision
         observation = reexpressed(first, frame, mine).observation()
-        self.learner.observe_first_token(self._current_offsets(observation, row), spec)
+        queued = self._engine_queued(first.backend, row)
+        self.learner.observe_first_token(self._current_offsets(observation, row), spec, queued)
 
     def _current_offsets(self, observation: Observation, row: int | None) -> Observation:
         """``observation`` with its predicted RTT and learned offset replaced by what they
@@ -354,7 +367,8 @@ class PredictedTTFTScorer:
             if depth is not None:  # the batch it decoded in, as the latest signals show it
                 seqs = view.max_num_seqs.item(row)
                 itl_scale = self.row_terms.batch_scale(min(depth + 1.0, seqs), seqs)
-        self.learner.observe(self._current_offsets(observation, row), spec, itl_scale)
+        queued = self._engine_queued(observation.backend, row)
+        self.learner.observe(self._current_offsets(observation, row), spec, itl_scale, queued)
         if observation.ok:  # the stream's last token: a step ended there
             self.step_clock.seen(observation.backend, observation.at)
         if observation.ok and observation.prefix_hashes:
