@@ -21,15 +21,13 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TypeVar
 
-from gateway.observability.events import gateway_event
 from gateway.signals.tasks import sleep_aligned
-from gateway.state.breaker import BreakerState, CircuitBreaker
+from gateway.state.breaker import CircuitBreaker
 from gateway.state.cancel import raise_if_cancelled
 from gateway.state.config import StateConfig
 from gateway.state.connect import open_store, retention_of
-from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
+from gateway.state.errors import StateUnavailable
 from gateway.state.health import HealthStatus, StateHealth
 from gateway.state.leases import LeaseKeeper
 from gateway.state.parking import Parking
@@ -37,9 +35,9 @@ from gateway.state.pending import PendingWrites
 from gateway.state.records import Ejection, SignalRecord, TokenResult
 from gateway.state.samples import LearningSample
 from gateway.state.store import StateStore
+from gateway.state.store_guard import StoreGuard
 from gateway.state.view import SharedView
 
-T = TypeVar("T")
 _log = logging.getLogger(__name__)
 _MAX_BLOCKS_PER_FLUSH = 5000  # keeps one pipelined push well inside its timeout
 _REPUBLISH_BLOCKS_PER_BACKEND = 2000  # newest local blocks re-sent when the store returns
@@ -75,13 +73,12 @@ class SharedStateSync:
             self.replica, config.bounds.pending_blocks_per_backend, _MAX_BLOCKS_PER_FLUSH
         )
         timeouts = config.timeouts
-        self._breaker = CircuitBreaker(timeouts.breaker_failures, timeouts.breaker_reset_s, mono)
+        breaker = CircuitBreaker(timeouts.breaker_failures, timeouts.breaker_reset_s, mono)
+        self._guard = StoreGuard(store.kind, self.replica, breaker, mono, self._reconcile)
+        self._breaker = breaker
+        self._call = self._guard.call
         self._leases = LeaseKeeper(self.replica, config.intervals.lease_period_s, mono)
         self._tasks: list[asyncio.Task[None]] = []
-        self._last_ok: float | None = None
-        self._failing = True  # until the first successful call
-        self._said_degraded = False  # a state_degraded event is out with no recovery after it
-        self._last_error: str | None = None
         self._need_full_pull = True
         self._last_pull_wall = 0.0
         self._last_heartbeat = float("-inf")
@@ -154,28 +151,26 @@ class SharedStateSync:
     def is_leader(self, lease_name: str) -> bool:
         if self._leases.is_held(lease_name):
             return True
-        return self._config.leader_when_degraded and self._degraded()
+        return self._config.leader_when_degraded and self._guard.degraded()
 
     def health(self) -> StateHealth:
+        guard = self._guard
         return StateHealth(
-            status=HealthStatus.DEGRADED if self._degraded() else HealthStatus.OK,
+            status=HealthStatus.DEGRADED if guard.degraded() else HealthStatus.OK,
             backend=self._store.kind,
             replica=self.replica,
             breaker=self._breaker.state,
-            last_ok_age_s=None if self._last_ok is None else self._mono() - self._last_ok,
+            last_ok_age_s=None if guard.last_ok is None else self._mono() - guard.last_ok,
             pending_blocks=self._pending.block_count(),
             leases_held=tuple(self._leases.held()),
             events_live=self._events_live,
-            last_error=self._last_error,
+            last_error=guard.last_error,
         )
 
     def _private(self) -> bool:
         """A memory store this sync opened itself has no other reader (one process, one
         replica): pushing to it every ``flush_s`` under load would only wake the loop."""
         return self._owns_store and self._store.kind == "memory"
-
-    def _degraded(self) -> bool:
-        return self._failing or self._breaker.state is not BreakerState.CLOSED
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -292,7 +287,7 @@ class SharedStateSync:
         await self._forever(self._follow_events, lambda: _EVENTS_RETRY_S)
 
     async def _follow_events(self) -> None:
-        if self._degraded():
+        if self._guard.degraded():
             return
         try:
             async for batch in self._store.events():
@@ -302,7 +297,7 @@ class SharedStateSync:
                 if batch is not None:
                     self._view.apply_batch(batch, self._wall())
         except StateUnavailable as exc:
-            self._last_error = str(exc.error)
+            self._guard.last_error = str(exc.error)
         finally:
             self._events_live = False
         self._need_full_pull = True  # whatever was announced meanwhile is lost
@@ -349,54 +344,11 @@ class SharedStateSync:
             raise_if_cancelled()  # a tick may have swallowed it (StateUnavailable, suppress)
             await pause()
 
-    # -- the guard every store call goes through -----------------------------------------
-
-    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        if not self._breaker.allow():
-            raise StateUnavailable(
-                StateError(
-                    StateErrorKind.CIRCUIT_OPEN,
-                    f"{what}: skipped, circuit open after repeated store failures",
-                )
-            )
-        try:
-            result = await call()
-        except StateUnavailable as exc:
-            self._breaker.record_failure()
-            self._failing = True
-            self._last_error = str(exc.error)
-            if not self._said_degraded:
-                self._said_degraded = True
-                gateway_event(
-                    "state_degraded",
-                    f"shared state ({self._store.kind}) unreachable: serving on local state",
-                    logging.WARNING,
-                    store=self._store.kind,
-                    replica=self.replica,
-                    error_kind=exc.error.kind.value,
-                )
-            raise
-        except asyncio.CancelledError:
-            self._breaker.record_failure()  # never leave a half-open trial unresolved
-            raise
-        self._breaker.record_success()
-        self._last_ok = self._mono()
-        if self._failing:
-            self._reconcile()
-        return result
+    # -- the store answers again (StoreGuard calls this) ----------------------------------
 
     def _reconcile(self) -> None:
         """The store answers again (or for the first time): announce this replica, re-send
         the newest local blocks (the store may have restarted empty), and pull everything."""
-        self._failing = False
-        if self._said_degraded:
-            self._said_degraded = False
-            gateway_event(
-                "state_recovered",
-                f"shared state ({self._store.kind}) answers again",
-                store=self._store.kind,
-                replica=self.replica,
-            )
         self._need_full_pull = True
         self._pending.in_flight_dirty = True
         for backend, blocks in self._view.newest_blocks(_REPUBLISH_BLOCKS_PER_BACKEND).items():

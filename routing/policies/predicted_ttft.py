@@ -299,18 +299,22 @@ class PredictedTTFTScorer:
         view = self._view
         row = None if view is None else view.index.get(observation.backend)
         spec = None if view is None or row is None else view.specs[row]
-        queued = self._engine_queued(observation.backend, row)
+        queued = self._engine_queued(row, self._depth_of(observation.backend))
         self.learner.observe_first_token(self._current_offsets(observation, row), spec, queued)
 
-    def _engine_queued(self, backend: str, row: int | None) -> bool:
-        """Whether ``backend``'s engine has a queue now: requests waiting at the last scrape,
-        or a batch as full as its ``max_num_seqs`` by the latest count (routing.learner)."""
-        view, load = self._view, self._load
+    def _depth_of(self, backend: str) -> float | None:
+        load = self._load
+        return None if load is None else load.depth_of(backend)
+
+    def _engine_queued(self, row: int | None, depth: float | None) -> bool:
+        """Whether the engine of ``row`` has a queue now: requests waiting at the last scrape,
+        or a batch as full as its ``max_num_seqs`` by the latest count (``depth``, the
+        backend's in-flight requests; routing.learner)."""
+        view = self._view
         if view is None or row is None:
             return False
         if view.waiting0.item(row) > 0.0:
             return True
-        depth = None if load is None else load.depth_of(backend)
         return depth is not None and depth >= view.max_num_seqs.item(row)
 
     def learned_frame(self, backend: str) -> LearnedFrame | None:
@@ -329,7 +333,7 @@ class PredictedTTFTScorer:
         spec = view.specs[row]
         mine = self.learned.frame_now(first.backend, spec)  # the columns wait for a decision
         observation = reexpressed(first, frame, mine).observation()
-        queued = self._engine_queued(first.backend, row)
+        queued = self._engine_queued(row, self._depth_of(first.backend))
         self.learner.observe_first_token(self._current_offsets(observation, row), spec, queued)
 
     def _current_offsets(self, observation: Observation, row: int | None) -> Observation:
@@ -339,35 +343,35 @@ class PredictedTTFTScorer:
         RTT: a request in flight when a probe saw the RTT jump paid the new one, which the
         prediction already follows; learned again as an offset it would count twice.
         Offset: requests in flight when a level shift was confirmed come back with a
-        prediction that lacks it. Against their own prediction each looked like a new
-        candidate step, and each taught the slow part the pending clip (~18 ms). That was
-        held, never given back when no third candidate came (traffic had left). Scenario 5,
-        seed 5: us-east-1's offset stood +36 ms after its spell and took ~60 s to decay, and
-        its share after recovery was 25% against 34% before."""
+        prediction that lacks it; against it each looked like a new candidate step and taught
+        the slow part the pending clip (~18 ms), held when no third candidate came. Scenario
+        5, seed 5: us-east-1's offset stood +36 ms after its spell (share 25% against 34%)."""
         terms = observation.predicted_terms_ms
         view = self._view
         if row is None or view is None or not terms:
             return observation
-        now = dict(terms)
-        if "rtt" in terms:
-            now["rtt"] = self.row_terms.rtt.item(row)
-        if "bias" in terms:
-            now["bias"] = self.learned.bias_now_ms(observation.backend, view.specs[row])
-        if now == terms:
+        # Compared before copied: on most first tokens neither has moved since the decision.
+        rtt, bias = terms.get("rtt"), terms.get("bias")
+        rtt_now = rtt if rtt is None else self.row_terms.rtt.item(row)
+        bias_now = (
+            bias if bias is None else self.learned.bias_now_ms(observation.backend, view.specs[row])
+        )
+        if rtt_now == rtt and bias_now == bias:
             return observation
-        return replace(observation, predicted_terms_ms=now)
+        moved = {name: ms for name, ms in (("rtt", rtt_now), ("bias", bias_now)) if ms is not None}
+        return replace(observation, predicted_terms_ms={**terms, **moved})
 
     def observe(self, observation: Observation) -> None:
-        view, load = self._view, self._load
+        view = self._view
         row = None if view is None else view.index.get(observation.backend)
         spec, itl_scale = None, 1.0
-        depth = None if load is None else load.depth_of(observation.backend)
+        depth = self._depth_of(observation.backend)
         if view is not None and row is not None:
             spec = view.specs[row]
             if depth is not None:  # the batch it decoded in, as the latest signals show it
                 seqs = view.max_num_seqs.item(row)
                 itl_scale = self.row_terms.batch_scale(min(depth + 1.0, seqs), seqs)
-        queued = self._engine_queued(observation.backend, row)
+        queued = self._engine_queued(row, depth)
         self.learner.observe(self._current_offsets(observation, row), spec, itl_scale, queued)
         if observation.ok:  # the stream's last token: a step ended there
             self.step_clock.seen(observation.backend, observation.at)
