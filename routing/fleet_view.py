@@ -31,7 +31,7 @@ _INF = float("inf")
 _STATE_COLUMNS = (
     "ejected_until", "in_flight", "running", "waiting", "kv_cache_usage", "metrics_as_of",
     "running0", "waiting0", "rtt_ms", "rtt_as_of", "last_traffic_at", "others_uncached",
-    "others_requests",
+    "others_requests", "others_in_flight",
 )  # fmt: skip
 _STATE_MASKS = ("healthy", "circuit_open", "has_metrics", "rtt_measured")
 
@@ -74,6 +74,7 @@ class FleetView:
     last_traffic_at: F64  # NaN: never seen traffic
     others_uncached: F64  # other clients' uncached prompt tokens/s (routing.arrivals); 0: none
     others_requests: F64  # ...and requests/s
+    others_in_flight: F64  # other replicas' open requests (BackendState); 0: none or unknown
 
     def __init__(self, fleet: FleetSnapshot) -> None:
         names = tuple(sorted(fleet.backends))
@@ -200,6 +201,8 @@ class FleetView:
         self.others_uncached[row] = 0.0 if others is None else others
         requests = s.others_requests_per_s
         self.others_requests[row] = 0.0 if requests is None else requests
+        replicas = s.others_in_flight
+        self.others_in_flight[row] = 0.0 if replicas is None else replicas
         self.downstream_ttft[row] = s.downstream_ttft_ms
         self.downstream_as_of[row] = s.as_of if s.downstream_as_of is None else s.downstream_as_of
 

@@ -11,6 +11,13 @@ A scrape is a picture of the past: it still shows this router's requests that fi
 which the head of the queue takes), then off ``running``; requests reserved after the scrape
 (``after_metrics``) are added. Without that, a scrape catching the gateway's own
 just-finished request queues the next one behind a ghost.
+
+The other replicas of the tier (``others_in_flight``, from the shared state) are counted the
+same way, in one number: their open requests now less those open when the scrape was first
+seen (``others_since``, negative when more of theirs finished than started). One gateway
+sees every reservation it makes; two that share the state would otherwise each see only
+half of the requests sent since the last scrape, and both send the next one to the backend
+that looked emptiest.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ class LoadColumns:
         self.last_warmed_at = np.zeros(0)  # our latest warm-up (routing.prewarm); NaN: none
         self.local = np.zeros(0)  # max(in flight as the snapshot says, open reservations)
         self.depth = np.zeros(0)  # engine running + waiting + reserved since, else ``local``
+        self.others_since = np.zeros(0)  # other replicas' open requests less at the scrape
+        # Per backend: (the metrics' as_of, the other replicas' open requests when it was
+        # first seen), so a rebuilt view keeps counting from the same scrape.
+        self._others_at: dict[str, tuple[float, float]] = {}
         self.prefilling = Prefilling()  # our prefill work not yet in the engine's metrics
         self.generation = 0  # bumped when every row was re-derived
         self.touched: set[int] = set()  # rows changed since a consumer last drained them
@@ -154,9 +165,10 @@ class LoadColumns:
         self.local = np.maximum(view.in_flight, self.open)
         self.waiting = np.maximum(view.waiting0 - self.gone, 0.0)
         self.running = np.maximum(view.running0 - np.maximum(self.gone - view.waiting0, 0.0), 0.0)
-        self.depth = np.where(
-            view.has_metrics, self.running + self.waiting + self.after_metrics, self.local
-        )
+        self._others_at = {b: at for b, at in self._others_at.items() if b in view.index}
+        self.others_since = np.array([self._others_growth(row) for row in range(size)])
+        engine = self.running + self.waiting + self.after_metrics + self.others_since
+        self.depth = np.where(view.has_metrics, np.maximum(engine, 0.0), self.local)
         self.generation += 1
         self.touched = set()
 
@@ -170,7 +182,20 @@ class LoadColumns:
             self._gone_since[row] = since
         self._from_ledger(row, backend, now)
         self.prefilling.recount(row, now)
+        self.others_since[row] = self._others_growth(row)
         self._update(row)
+
+    def _others_growth(self, row: int) -> float:
+        """The other replicas' open requests on ``row`` now less when its scrape was first
+        seen (0 for a scrape seen now)."""
+        view = self._view
+        backend, since = view.names[row], view.metrics_as_of.item(row)
+        others = view.others_in_flight.item(row)
+        seen = self._others_at.get(backend)
+        if seen is None or seen[0] != since:
+            self._others_at[backend] = (since, others)
+            return 0.0
+        return others - seen[1]
 
     def _from_ledger(self, row: int, backend: str, now: float) -> None:
         self.open[row] = self.ledger.open_count(backend, now)
@@ -190,7 +215,8 @@ class LoadColumns:
                 self.waiting[row] = max(waiting - gone, 0.0)
                 self.running[row] = max(view.running0.item(row) - max(gone - waiting, 0.0), 0.0)
             engine = self.running.item(row) + self.waiting.item(row)
-            self.depth[row] = engine + self.after_metrics.item(row)
+            engine += self.after_metrics.item(row) + self.others_since.item(row)
+            self.depth[row] = engine if engine > 0.0 else 0.0
         else:
             self.depth[row] = local
         self.touched.add(row)

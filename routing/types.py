@@ -83,6 +83,11 @@ class BackendState:
     # from the engine's counters (``routing.arrivals``); None: not known.
     others_uncached_per_s: float | None = None
     others_requests_per_s: float | None = None  # ...and their requests per second
+    # Of ``in_flight``, the requests the other replicas of this tier (the workers of one host,
+    # the gateways sharing a store) have open, as the shared state last said; None: not
+    # shared. Their requests sent since the last scrape are in no engine metric yet
+    # (routing.load counts them, as it counts this router's own).
+    others_in_flight: int | None = None
 
 
 class SnapshotChanges(NamedTuple):

@@ -82,14 +82,21 @@ class SharedFleetBridge:
         name = local.spec.name
         others = self._view.remote_in_flight(name)
         record = self._remote_record(name)
+        # The others' part apart too: routing counts theirs sent since a scrape (routing.load);
+        # unset and 0 alike mean none of theirs open.
         if record is None:
             return (
                 local
                 if others == 0
-                else dataclasses.replace(local, in_flight=local.in_flight + others)
+                else dataclasses.replace(
+                    local, in_flight=local.in_flight + others, others_in_flight=others
+                )
             )
         to_mono = _Clocks(now, self._wall()).to_mono
-        changes: dict[str, object] = {"in_flight": local.in_flight + others}
+        changes: dict[str, object] = {
+            "in_flight": local.in_flight + others,
+            "others_in_flight": others,
+        }
         values = record.values
         if _RTT in values and _RTT_AT in values:
             rtt_at = to_mono(values[_RTT_AT])

@@ -19,6 +19,7 @@ from loadtests.sim.fleet import SimBackend, build_fleet
 from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
+from loadtests.sim.shared_in_flight import SharedInFlight
 from loadtests.sim.shared_prefixes import SharedPrefixes
 from loadtests.sim.shared_samples import SharedSamples
 from loadtests.sim.signal_schedule import SignalSchedule
@@ -41,6 +42,7 @@ ARRIVAL, SUBMIT, WAKE, RETURN, BACKGROUND, TICK, SLOW, RESTORE, FIRST, DELAY, UN
 SIGNAL = 11  # one backend's scrape or probe on its own schedule (signal_schedule.py)
 SHARE = 12  # a decision's prompt blocks reach another gateway (shared_prefixes.py)
 LEARN = 13  # a first token one gateway learned from reaches another (shared_samples.py)
+FLIGHT = 14  # a change of one gateway's open requests reaches another (shared_in_flight.py)
 REJECT_SUFFIX = "+reject"
 
 
@@ -82,6 +84,7 @@ class Simulation:
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
         self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
         self._samples = SharedSamples(scenario, trace.gateways, self.routers)
+        self._flights = SharedInFlight(scenario, trace.gateways)
         self._ticks = StepTicks(
             [getattr(router, "step_clock", None) for router in self.routers],
             [b.name for b in self.backends], self._one_way_s,
@@ -101,7 +104,7 @@ class Simulation:
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
             SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
             DELAY: self._delay, UNDELAY: self._undelay, SIGNAL: self._signal,
-            SHARE: self._shared.deliver, LEARN: self._samples.deliver,
+            SHARE: self._shared.deliver, LEARN: self._samples.deliver, FLIGHT: self._flight,
         }  # fmt: skip
 
     def _router(self, index: int, region: str) -> Router:
@@ -182,6 +185,7 @@ class Simulation:
             predicted = chosen.score  # the oracle's truth: reported to show its own accuracy
         self.results.routed(i, backend.index, predicted, chosen.predicted_ttft_p90_ms)
         gateway.sent(backend.index, now, request.prompt_tokens)
+        self._in_flight_moved(request.gateway, backend.index, +1, now)
         self._push(now + one_way, SUBMIT, i)
         for at, ref in self._shared.published(request.gateway, backend.name, hashes, now):
             self._push(at, SHARE, ref)
@@ -321,6 +325,7 @@ class Simulation:
                 request.prompt_tokens - cached, cached, int(output)
             )
         self.signals.gateways[request.gateway].done(state.backend, now, state.cached)
+        self._in_flight_moved(request.gateway, state.backend, -1, now)
         self.routers[request.gateway].observe(
             Observation(
                 backend=self.backends[state.backend].name, at=now, ok=True,
@@ -331,6 +336,14 @@ class Simulation:
                 first_token_observed=state.first_seen,
             )
         )  # fmt: skip
+
+    def _in_flight_moved(self, gateway: int, backend: int, delta: int, now: float) -> None:
+        for at, ref in self._flights.published(gateway, backend, delta, now):
+            self._push(at, FLIGHT, ref)
+
+    def _flight(self, now: float, ref: int) -> None:
+        del now  # the count is as of its delivery, as the gateway's shared view holds it
+        self.signals.others_moved(*self._flights.take(ref))
 
     # -- signals and timed events ---------------------------------------------------------------
 

@@ -176,6 +176,15 @@ class Signals(_Strict):
         "routers this long after it, plus half the round trip between their regions "
         "(loadtests/sim/shared_prefixes.py); None: each gateway knows only its own",
     )
+    shared_in_flight_delay_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="the gateways share their in-flight counts through the shared state (any "
+        "state.backend but a private memory one): each change of one gateway's open requests "
+        "reaches the others this long after it, plus half the round trip between their "
+        "regions, and their routers count the others' requests sent since the last scrape "
+        "(loadtests/sim/shared_in_flight.py); None: each gateway knows only its own",
+    )
     shared_learning_delay_s: float | None = Field(
         default=None,
         ge=0,

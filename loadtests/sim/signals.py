@@ -3,11 +3,15 @@
 Engine metrics (running, waiting, KV use) are scraped on an interval; RTT probes run on a longer
 one with noise; in-flight counts and last-traffic times are the gateway's own, so immediate.
 Each gateway rebuilds its ``FleetSnapshot`` on the snapshot interval, as the gateway's signal
-hub does; between rebuilds the router's own in-flight ledger carries the new load.
+hub does; between rebuilds the router's own in-flight ledger carries the new load. With shared
+in-flight counts (``shared_in_flight.py``) the other gateways' counts arrive as they change,
+and each arrival refreshes that backend's state in the snapshot, as the hub's next snapshot
+would carry it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -17,7 +21,7 @@ from loadtests.emulator.engine import EngineCounters
 from loadtests.sim.fleet import SimBackend
 from loadtests.sim.scenario import Scenario
 from routing.arrivals import ArrivalLedger, EngineTotals
-from routing.types import BackendState, FleetSnapshot
+from routing.types import BackendState, FleetSnapshot, built_from
 
 
 @dataclass(slots=True)
@@ -40,6 +44,7 @@ class GatewaySignals:
     # later, as the gateway would reckon it, tokens), not yet counted against a scrape.
     sending: list[deque[tuple[float, int]]] = field(default_factory=list)
     ledgers: list[ArrivalLedger] = field(default_factory=list)  # routing.arrivals
+    others: list[int] = field(default_factory=list)  # the other gateways' open requests
 
     def sent(self, backend: int, now: float, prompt_tokens: int = 0) -> None:
         self.in_flight[backend] += 1
@@ -79,9 +84,28 @@ class SignalModel:
             )
             for i, region in enumerate(gateways)
         ]  # fmt: skip
+        self.shared_in_flight = scenario.signals.shared_in_flight_delay_s is not None
         for gateway in self.gateways:
             gateway.sending = [deque() for _ in range(size)]
             gateway.ledgers = [ArrivalLedger() for _ in range(size)]
+            gateway.others = [0] * size
+
+    def others_moved(self, gateway: int, backend: int, delta: int) -> None:
+        """Another gateway's open requests to ``backend`` moved by ``delta``, as the shared
+        state now tells ``gateway``: its snapshot follows for that backend."""
+        signals = self.gateways[gateway]
+        signals.others[backend] += delta
+        old = signals.snapshot
+        name = self.backends[backend].name
+        state = old.backends.get(name)
+        if state is None:  # before the first snapshot: the first one will carry it
+            return
+        others = signals.others[backend]
+        states = dict(old.backends)
+        states[name] = dataclasses.replace(
+            state, in_flight=signals.in_flight[backend] + others, others_in_flight=others
+        )
+        signals.snapshot = built_from(dataclasses.replace(old, backends=states), old, (name,))
 
     def scrape(self, now: float) -> None:
         for backend in self.backends:
@@ -137,7 +161,7 @@ class SignalModel:
             ledger = gateway.ledgers[i]
             states[backend.name] = BackendState(
                 spec=backend.spec,
-                in_flight=gateway.in_flight[i],
+                in_flight=gateway.in_flight[i] + gateway.others[i],
                 running=None if counters is None else counters.running,
                 waiting=None if counters is None else counters.waiting,
                 kv_cache_usage=None if counters is None else counters.kv_cache_usage,
@@ -148,5 +172,6 @@ class SignalModel:
                 metrics_as_of=metrics_at,
                 others_uncached_per_s=ledger.uncached_per_s if self.arrivals else None,
                 others_requests_per_s=ledger.requests_per_s if self.arrivals else None,
+                others_in_flight=gateway.others[i] if self.shared_in_flight else None,
             )
         return FleetSnapshot(states, gateway.region, gateway.region_rtt_ms, taken_at=now)

@@ -51,6 +51,7 @@ def _state(i: int, seed: int, now: float) -> BackendState:
         rtt_ms=float(seed % 50) if seed % 2 else None,
         last_traffic_at=now - seed % 30 if seed % 5 else None,
         as_of=now - (seed % 4),
+        others_in_flight=seed % 6 if seed % 2 else None,  # shared by other replicas, or not
     )
 
 

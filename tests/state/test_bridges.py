@@ -61,7 +61,10 @@ async def test_in_flight_is_the_sum_over_replicas(make_sync: SyncFactory) -> Non
         SharedFleetBridge(one).note_in_flight("a1", +1)
     await eventually(lambda: bridge.merge(_local("a1", in_flight=2), 0.0).in_flight == 5, 2.0)
     assert bridge.version() > before  # the hub rebuilds its snapshot on this
-    assert bridge.merge(_local("a2", in_flight=1), 0.0).in_flight == 1
+    # The other replica's part apart, for routing to count its requests since a scrape.
+    assert bridge.merge(_local("a1", in_flight=2), 0.0).others_in_flight == 3
+    alone = bridge.merge(_local("a2", in_flight=1), 0.0)
+    assert alone.in_flight == 1 and not alone.others_in_flight
 
 
 async def test_leader_measurement_reaches_the_follower_with_its_age(

@@ -1,0 +1,57 @@
+"""In-flight counts shared between gateways, as the gateway's shared state carries them.
+
+With shared state (``state.backend: redis``, or the workers of one host through their
+coordinator) every replica publishes its open requests per backend in its next flush, and the
+others' snapshots carry them: ``in_flight`` is the tier's total and ``others_in_flight`` the
+other replicas' part (gateway/state/fleet_bridge.py). The router counts the others' requests
+sent since the last scrape as it counts its own (routing/load.py). Without it, each gateway
+knows only its own, and two gateways that share every other signal both send the next request
+to the backend that looked emptiest at the scrape.
+
+``Signals.shared_in_flight_delay_s`` turns it on: a change of one gateway's count reaches
+another gateway that long after it (the flush and the pub/sub hop) plus half the round trip
+between their regions (the store is in one of them). Off (None) by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadtests.sim.scenario import Scenario
+
+
+class SharedInFlight:
+    """Changes of one gateway's open requests, delivered to the other gateways."""
+
+    def __init__(self, scenario: Scenario, gateways: Sequence[str]) -> None:
+        delay = scenario.signals.shared_in_flight_delay_s
+        self.active = delay is not None
+        self._delays = [
+            [(delay or 0.0) + scenario.rtt(a, b) / 2000.0 for b in gateways] for a in gateways
+        ]
+        self._pending: dict[int, tuple[int, int, int]] = {}  # ref -> (gateway, backend, delta)
+        self._next = 0
+
+    @property
+    def pending(self) -> int:
+        """Changes not delivered yet."""
+        return len(self._pending)
+
+    def published(
+        self, gateway: int, backend: int, delta: int, now: float
+    ) -> list[tuple[float, int]]:
+        """Gateway ``gateway``'s open requests to ``backend`` moved by ``delta`` now: (time,
+        ref) of each delivery to another gateway, for :meth:`take`."""
+        if not self.active:
+            return []
+        deliveries = []
+        for other, delay in enumerate(self._delays[gateway]):
+            if other != gateway:
+                self._next += 1
+                self._pending[self._next] = (other, backend, delta)
+                deliveries.append((now + delay, self._next))
+        return deliveries
+
+    def take(self, ref: int) -> tuple[int, int, int]:
+        """The change ``ref`` names: (the gateway it reaches, backend, delta)."""
+        return self._pending.pop(ref)
