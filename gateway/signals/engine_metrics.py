@@ -64,7 +64,9 @@ class EngineMetricsConfig(BaseModel):
         default=False,
         description="Extrapolate other clients' arrivals (uncached prompt tokens and requests "
         "per second, from the engine's prefix-cache and finished-request counters less this "
-        "gateway's own) from each scrape until the next (routing.arrivals). vLLM only.",
+        "gateway's own) from each scrape until the next (routing.arrivals). vLLM only. With "
+        "shared state, the other replicas' requests since a scrape are counted in the "
+        "backend's depth as well (routing.load), so they weigh twice here.",
     )
 
 

@@ -84,7 +84,7 @@ class Simulation:
         self.routers = [self._router(i, region) for i, region in enumerate(trace.gateways)]
         self._shared = SharedPrefixes(scenario, trace.gateways, self.routers)
         self._samples = SharedSamples(scenario, trace.gateways, self.routers)
-        self._flights = SharedInFlight(scenario, trace.gateways)
+        self._flights = SharedInFlight(scenario, trace.gateways, self.signals)
         self._ticks = StepTicks(
             [getattr(router, "step_clock", None) for router in self.routers],
             [b.name for b in self.backends], self._one_way_s,
@@ -104,7 +104,8 @@ class Simulation:
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
             SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
             DELAY: self._delay, UNDELAY: self._undelay, SIGNAL: self._signal,
-            SHARE: self._shared.deliver, LEARN: self._samples.deliver, FLIGHT: self._flight,
+            SHARE: self._shared.deliver, LEARN: self._samples.deliver,
+            FLIGHT: self._flights.deliver,
         }  # fmt: skip
 
     def _router(self, index: int, region: str) -> Router:
@@ -340,10 +341,6 @@ class Simulation:
     def _in_flight_moved(self, gateway: int, backend: int, delta: int, now: float) -> None:
         for at, ref in self._flights.published(gateway, backend, delta, now):
             self._push(at, FLIGHT, ref)
-
-    def _flight(self, now: float, ref: int) -> None:
-        del now  # the count is as of its delivery, as the gateway's shared view holds it
-        self.signals.others_moved(*self._flights.take(ref))
 
     # -- signals and timed events ---------------------------------------------------------------
 

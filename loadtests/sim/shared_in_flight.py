@@ -18,13 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loadtests.sim.scenario import Scenario
+from loadtests.sim.signals import SignalModel
 
 
 class SharedInFlight:
     """Changes of one gateway's open requests, delivered to the other gateways."""
 
-    def __init__(self, scenario: Scenario, gateways: Sequence[str]) -> None:
+    def __init__(self, scenario: Scenario, gateways: Sequence[str], signals: SignalModel) -> None:
         delay = scenario.signals.shared_in_flight_delay_s
+        self._signals = signals
         self.active = delay is not None
         self._delays = [
             [(delay or 0.0) + scenario.rtt(a, b) / 2000.0 for b in gateways] for a in gateways
@@ -41,7 +43,7 @@ class SharedInFlight:
         self, gateway: int, backend: int, delta: int, now: float
     ) -> list[tuple[float, int]]:
         """Gateway ``gateway``'s open requests to ``backend`` moved by ``delta`` now: (time,
-        ref) of each delivery to another gateway, for :meth:`take`."""
+        ref) of each delivery to another gateway, for :meth:`deliver`."""
         if not self.active:
             return []
         deliveries = []
@@ -52,6 +54,8 @@ class SharedInFlight:
                 deliveries.append((now + delay, self._next))
         return deliveries
 
-    def take(self, ref: int) -> tuple[int, int, int]:
-        """The change ``ref`` names: (the gateway it reaches, backend, delta)."""
-        return self._pending.pop(ref)
+    def deliver(self, now: float, ref: int) -> None:
+        """The change ``ref`` names reaches its gateway's snapshot (as of its delivery, as the
+        gateway's shared view holds it)."""
+        del now
+        self._signals.others_moved(*self._pending.pop(ref))

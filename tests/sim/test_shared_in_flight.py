@@ -18,13 +18,16 @@ GATEWAYS = ["near", "near", "far"]
 def test_a_change_reaches_every_other_gateway_after_its_delay() -> None:
     scenario = build(tiny(gateways={"near": 2, "far": 1},
                           signals={"shared_in_flight_delay_s": 0.05}))  # fmt: skip
-    shared = SharedInFlight(scenario, GATEWAYS)
+    model = SignalModel(scenario, build_fleet(scenario), GATEWAYS)
+    shared = SharedInFlight(scenario, GATEWAYS, model)
     deliveries = shared.published(0, 1, +1, 1.0)
     # Each after the delay and half the round trip: 2 ms within "near", 200 ms to "far".
     assert [round(at, 6) for at, _ in deliveries] == [1.051, 1.15]
-    assert [shared.take(ref) for _, ref in deliveries] == [(1, 1, 1), (2, 1, 1)]
+    for at, ref in deliveries:
+        shared.deliver(at, ref)
     assert shared.pending == 0
-    off = SharedInFlight(build(tiny(gateways={"near": 2, "far": 1})), GATEWAYS)
+    assert [g.others[1] for g in model.gateways] == [0, 1, 1]
+    off = SharedInFlight(build(tiny(gateways={"near": 2, "far": 1})), GATEWAYS, model)
     assert not off.active and off.published(0, 1, +1, 1.0) == []
 
 
