@@ -29,6 +29,10 @@ from routing.inflight import InFlightLedger
 from routing.prefilling import Prefilling
 
 _INF = float("inf")
+# A scrape another replica took reaches this one with its time converted from the wall clock
+# at every snapshot (gateway/state/fleet_bridge.py), so one scrape's ``metrics_as_of`` moves by
+# microseconds between snapshots: closer than this, it is the same scrape.
+_SAME_SCRAPE_S = 0.005
 
 
 class LoadColumns:
@@ -192,7 +196,7 @@ class LoadColumns:
         backend, since = view.names[row], view.metrics_as_of.item(row)
         others = view.others_in_flight.item(row)
         seen = self._others_at.get(backend)
-        if seen is None or seen[0] != since:
+        if seen is None or abs(since - seen[0]) > _SAME_SCRAPE_S:
             self._others_at[backend] = (since, others)
             return 0.0
         return others - seen[1]

@@ -38,6 +38,16 @@ def test_the_others_requests_since_the_scrape_count_as_ours_do() -> None:
     assert _load(rescraped, plain, cache=cache, load=load, now=6.1) == [13.0, 3.0]
 
 
+def test_a_scrape_converted_again_is_the_same_scrape() -> None:
+    """Another replica's scrape reaches this one with its time converted from the wall clock
+    at every snapshot: microseconds apart, it is still the scrape the growth counts from."""
+    cache, load = ViewCache(), LoadColumns(InFlightLedger(ttl_s=60.0))
+    remote = state("a", running=4, waiting=0, as_of=5.0, metrics_as_of=5.0, others_in_flight=0)
+    assert _load(remote, cache=cache, load=load, now=5.0) == [4.0]
+    again = dataclasses.replace(remote, metrics_as_of=5.0 + 3e-6, others_in_flight=2)
+    assert _load(again, cache=cache, load=load, now=5.5) == [6.0]
+
+
 def test_a_depth_never_goes_below_zero() -> None:
     cache, load = ViewCache(), LoadColumns(InFlightLedger(ttl_s=60.0))
     busy = state("a", running=1, waiting=0, as_of=5.0, others_in_flight=4)
