@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from loadtests.sim.outbox import Outbox, store_delays
 from loadtests.sim.scenario import Scenario
 from loadtests.sim.signals import SignalModel
 
@@ -28,16 +29,15 @@ class SharedInFlight:
         delay = scenario.signals.shared_in_flight_delay_s
         self._signals = signals
         self.active = delay is not None
-        self._delays = [
-            [(delay or 0.0) + scenario.rtt(a, b) / 2000.0 for b in gateways] for a in gateways
-        ]
-        self._pending: dict[int, tuple[int, int, int]] = {}  # ref -> (gateway, backend, delta)
-        self._next = 0
+        # Each item: (backend, delta).
+        self._outbox: Outbox[tuple[int, int]] = Outbox(
+            store_delays(scenario, gateways, delay or 0.0)
+        )
 
     @property
     def pending(self) -> int:
         """Changes not delivered yet."""
-        return len(self._pending)
+        return self._outbox.pending
 
     def published(
         self, gateway: int, backend: int, delta: int, now: float
@@ -46,16 +46,11 @@ class SharedInFlight:
         ref) of each delivery to another gateway, for :meth:`deliver`."""
         if not self.active:
             return []
-        deliveries = []
-        for other, delay in enumerate(self._delays[gateway]):
-            if other != gateway:
-                self._next += 1
-                self._pending[self._next] = (other, backend, delta)
-                deliveries.append((now + delay, self._next))
-        return deliveries
+        return self._outbox.post(gateway, (backend, delta), now)
 
     def deliver(self, now: float, ref: int) -> None:
         """The change ``ref`` names reaches its gateway's snapshot (as of its delivery, as the
         gateway's shared view holds it)."""
         del now
-        self._signals.others_moved(*self._pending.pop(ref))
+        to_gateway, (backend, delta) = self._outbox.take(ref)
+        self._signals.others_moved(to_gateway, backend, delta)

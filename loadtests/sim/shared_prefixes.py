@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.state.router_bridge import prefix_recorder_of
+from loadtests.sim.outbox import Outbox, store_delays
 from loadtests.sim.scenario import Scenario
 from routing.types import Router
 
 
 @dataclass(frozen=True, slots=True)
 class _Published:
-    to_gateway: int
     backend: str
     hashes: tuple[int, ...]
     at: float  # when it was published (the decision's time: the block's seen-at)
@@ -37,17 +37,13 @@ class SharedPrefixes:
     def __init__(self, scenario: Scenario, gateways: Sequence[str], routers: Sequence[Router]):
         delay = scenario.signals.shared_prefix_delay_s
         self.active = delay is not None
-        self._delays = [
-            [(delay or 0.0) + scenario.rtt(a, b) / 2000.0 for b in gateways] for a in gateways
-        ]
+        self._outbox: Outbox[_Published] = Outbox(store_delays(scenario, gateways, delay or 0.0))
         self._routers = routers
-        self._pending: dict[int, _Published] = {}
-        self._next = 0
 
     @property
     def pending(self) -> int:
         """Publications not delivered yet."""
-        return len(self._pending)
+        return self._outbox.pending
 
     def published(
         self, gateway: int, backend: str, hashes: tuple[int, ...], now: float
@@ -56,19 +52,12 @@ class SharedPrefixes:
         ref) of each delivery to another gateway, for :meth:`deliver`."""
         if not self.active or not hashes:
             return []
-        deliveries = []
-        for other, delay in enumerate(self._delays[gateway]):
-            if other == gateway:
-                continue
-            self._next += 1
-            self._pending[self._next] = _Published(other, backend, hashes, now)
-            deliveries.append((now + delay, self._next))
-        return deliveries
+        return self._outbox.post(gateway, _Published(backend, hashes, now), now)
 
     def deliver(self, now: float, ref: int) -> None:
         """The blocks ``ref`` names reach their gateway's router (a policy without a prefix
         index takes nothing, as the gateway's ``prefix_recorder_of`` says)."""
-        item = self._pending.pop(ref)
-        recorder = prefix_recorder_of(self._routers[item.to_gateway])
+        to_gateway, item = self._outbox.take(ref)
+        recorder = prefix_recorder_of(self._routers[to_gateway])
         if recorder is not None:
             recorder.note_remote_prefix(item.backend, dict.fromkeys(item.hashes, item.at), now)

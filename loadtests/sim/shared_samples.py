@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.state.sample_feeder import peer_learner_of
+from loadtests.sim.outbox import Outbox
 from loadtests.sim.scenario import Scenario
 from routing.learned_columns import LearnedFrame
 from routing.types import FirstToken, Router
@@ -25,7 +26,6 @@ from routing.types import FirstToken, Router
 
 @dataclass(frozen=True, slots=True)
 class _Published:
-    to_gateway: int
     first: FirstToken
     frame: LearnedFrame
 
@@ -35,20 +35,17 @@ class SharedSamples:
 
     def __init__(self, scenario: Scenario, gateways: Sequence[str], routers: Sequence[Router]):
         delay = scenario.signals.shared_learning_delay_s
-        self._delay = delay or 0.0
         self._learners = [peer_learner_of(router) for router in routers]
         self.active = delay is not None and any(self._learners)
-        self._peers = [
-            [other for other, there in enumerate(gateways) if there == here and other != mine]
-            for mine, here in enumerate(gateways)
-        ]
-        self._pending: dict[int, _Published] = {}
-        self._next = 0
+        # Only the other gateways of the sender's region learn from its samples.
+        self._outbox: Outbox[_Published] = Outbox(
+            [[(delay or 0.0) if there == here else None for there in gateways] for here in gateways]
+        )
 
     @property
     def pending(self) -> int:
         """Samples not delivered yet."""
-        return len(self._pending)
+        return self._outbox.pending
 
     def published(self, gateway: int, first: FirstToken, now: float) -> list[tuple[float, int]]:
         """Gateway ``gateway``'s router learned from ``first`` now: (time, ref) of each
@@ -59,17 +56,12 @@ class SharedSamples:
         frame = learner.learned_frame(first.backend)
         if frame is None:
             return []
-        deliveries = []
-        for other in self._peers[gateway]:
-            self._next += 1
-            self._pending[self._next] = _Published(other, first, frame)
-            deliveries.append((now + self._delay, self._next))
-        return deliveries
+        return self._outbox.post(gateway, _Published(first, frame), now)
 
     def deliver(self, now: float, ref: int) -> None:
         """The sample ``ref`` names reaches its gateway's router."""
         del now  # learned at its first token's time, as the gateway's feeder converts it
-        item = self._pending.pop(ref)
-        learner = self._learners[item.to_gateway]
+        to_gateway, item = self._outbox.take(ref)
+        learner = self._learners[to_gateway]
         if learner is not None:
             learner.observe_peer_first_token(item.first, item.frame)
