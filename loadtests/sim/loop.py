@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 from loadtests.emulator.engine import EventKind, SequenceRequest
 from loadtests.sim.fleet import SimBackend, build_fleet
 from loadtests.sim.oracle import EngineTruth
+from loadtests.sim.path_delays import PathDelays
 from loadtests.sim.results import PolicyRun, ResultColumns
 from loadtests.sim.scenario import PathDelay, Scenario, Slowdown
 from loadtests.sim.shared_in_flight import SharedInFlight
@@ -89,6 +90,7 @@ class Simulation:
             [getattr(router, "step_clock", None) for router in self.routers],
             [b.name for b in self.backends], self._one_way_s,
         )  # fmt: skip
+        self._paths = PathDelays(scenario.events, self.by_name, self._ticks)
         self.results = ResultColumns(len(trace), len(self.backends))
         self._requests = trace.requests()
         self._upcoming: TraceRequest | None = next(self._requests, None)
@@ -97,13 +99,12 @@ class Simulation:
         self._wake_at = [math.inf] * len(self.backends)
         self._open: dict[int, _Open] = {}
         self._by_region = {r: [b for b in self.backends if b.region == r] for r in scenario.regions}
-        self._paths: dict[str, set[int]] = {}  # backend -> its active path_delay events
         self._warm_up_id = -1 - len(trace.background)  # below the background loads' ids
         self._handlers: dict[int, Callable[[float, int], None]] = {
             ARRIVAL: self._arrival, SUBMIT: self._submit, WAKE: self._wake,
             RETURN: self._return, BACKGROUND: self._background, TICK: self._tick,
             SLOW: self._slow, RESTORE: self._restore, FIRST: self._first,
-            DELAY: self._delay, UNDELAY: self._undelay, SIGNAL: self._signal,
+            DELAY: self._paths.start, UNDELAY: self._paths.end, SIGNAL: self._signal,
             SHARE: self._shared.deliver, LEARN: self._samples.deliver,
             FLIGHT: self._flights.deliver,
         }  # fmt: skip
@@ -377,30 +378,6 @@ class Simulation:
         assert isinstance(event, Slowdown)
         for backend in self._by_region[event.region]:
             backend.restore()
-
-    def _delay(self, now: float, i: int) -> None:
-        self._paths.setdefault(self._path_event(i).backend, set()).add(i)
-        self._repath(self._path_event(i).backend)
-
-    def _undelay(self, now: float, i: int) -> None:
-        self._paths[self._path_event(i).backend].discard(i)
-        self._repath(self._path_event(i).backend)
-
-    def _path_event(self, i: int) -> PathDelay:
-        event = self.scenario.events[i]
-        assert isinstance(event, PathDelay)
-        return event
-
-    def _repath(self, name: str) -> None:
-        """A backend's paths as the ``path_delay`` events active now make them (they add up)."""
-        backend = self.by_name[name]
-        active = [self._path_event(i) for i in sorted(self._paths[name])]
-        backend.path_extra_ms = sum(e.extra_ms for e in active)
-        backend.probe_extra_ms = sum(e.extra_ms for e in active if e.probes_see)
-        edges = [e.probe_rtt_ms for e in active if e.probe_rtt_ms is not None]
-        backend.probe_rtt_ms = edges[-1] if edges else None
-        backend.version += 1
-        self._ticks.repath(backend.index)
 
 
 def simulate(scenario: Scenario, trace: Trace, policy: str) -> PolicyRun:
