@@ -75,8 +75,6 @@ class SharedStateSync:
         timeouts = config.timeouts
         breaker = CircuitBreaker(timeouts.breaker_failures, timeouts.breaker_reset_s, mono)
         self._guard = StoreGuard(store.kind, self.replica, breaker, mono, self._reconcile)
-        self._breaker = breaker
-        self._call = self._guard.call
         self._leases = LeaseKeeper(self.replica, config.intervals.lease_period_s, mono)
         self._tasks: list[asyncio.Task[None]] = []
         self._need_full_pull = True
@@ -159,7 +157,7 @@ class SharedStateSync:
             status=HealthStatus.DEGRADED if guard.degraded() else HealthStatus.OK,
             backend=self._store.kind,
             replica=self.replica,
-            breaker=self._breaker.state,
+            breaker=self._guard.breaker.state,
             last_ok_age_s=None if guard.last_ok is None else self._mono() - guard.last_ok,
             pending_blocks=self._pending.block_count(),
             leases_held=tuple(self._leases.held()),
@@ -190,9 +188,11 @@ class SharedStateSync:
             await self.flush_now()
         for name in self._leases.forget():
             with contextlib.suppress(StateUnavailable):
-                await self._call("release_lease", functools.partial(self._release, name))
+                await self._guard.call("release_lease", functools.partial(self._release, name))
         with contextlib.suppress(StateUnavailable):
-            await self._call("forget_replica", lambda: self._store.forget_replica(self.replica))
+            await self._guard.call(
+                "forget_replica", lambda: self._store.forget_replica(self.replica)
+            )
         if self._owns_store:
             await self._store.close()
 
@@ -207,7 +207,7 @@ class SharedStateSync:
         """Shared token bucket; None when the store cannot answer (decide locally then).
         Not for the request path: use it to refill a local allowance in the background."""
         try:
-            return await self._call(
+            return await self._guard.call(
                 "take_tokens", lambda: self._store.take_tokens(bucket, rate_per_s, burst, cost)
             )
         except StateUnavailable:
@@ -226,7 +226,7 @@ class SharedStateSync:
         if batch.is_empty():
             return
         try:
-            await self._call("push", lambda: self._store.push(batch))
+            await self._guard.call("push", lambda: self._store.push(batch))
         except StateUnavailable:
             self._pending.restore(batch)
             raise
@@ -245,7 +245,7 @@ class SharedStateSync:
             since = now + 1.0  # later than anything: no prefix blocks in this pull
         else:
             self.prefix_pulls += 1
-        pull = await self._call("pull", lambda: self._store.pull(since, now))
+        pull = await self._guard.call("pull", lambda: self._store.pull(since, now))
         self._pulled_under = live if self._store.events_lossless else None
         self.pulls += 1
         self._view.apply_pull(pull, self._wall(), with_prefix=False)
@@ -261,7 +261,7 @@ class SharedStateSync:
     async def _flush_tick(self) -> None:
         self.flush_ticks += 1
         self._view.prune(self._wall())
-        if self._breaker.ready():
+        if self._guard.breaker.ready():
             with contextlib.suppress(StateUnavailable):
                 await self.flush_now()
         if self._pending.is_empty():
@@ -279,7 +279,7 @@ class SharedStateSync:
 
     async def _refresh_tick(self) -> None:
         self._view.prune(self._wall())  # the flusher prunes too, but sleeps while idle
-        if self._breaker.ready():
+        if self._guard.breaker.ready():
             with contextlib.suppress(StateUnavailable):
                 await self.refresh_now()
 
@@ -307,12 +307,12 @@ class SharedStateSync:
         await self._forever(self._lease_tick, lambda: self._leases.renew_every_s, aligned=True)
 
     async def _lease_tick(self) -> None:
-        if not (self._leases.wanted() and self._breaker.ready()):
+        if not (self._leases.wanted() and self._guard.breaker.ready()):
             return
         ttl_s = self._leases.ttl_s
 
         async def try_lease(name: str) -> bool:
-            return await self._call(
+            return await self._guard.call(
                 "try_lease", lambda: self._store.try_lease(name, self.replica, ttl_s)
             )
 
