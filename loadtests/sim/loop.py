@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from loadtests.emulator.engine import EventKind, SequenceRequest
+from loadtests.sim.collector import collector_for_a_run
 from loadtests.sim.fleet import SimBackend, build_fleet
 from loadtests.sim.oracle import EngineTruth
 from loadtests.sim.path_delays import PathDelays
@@ -138,9 +139,10 @@ class Simulation:
                 if event.end_s <= self.trace.span_s:  # else for good
                     self._push(event.end_s, UNDELAY, i)
         heap, handlers = self._heap, self._handlers
-        while heap:
-            at, _, kind, ref = heapq.heappop(heap)
-            handlers[kind](at, ref)
+        with collector_for_a_run():
+            while heap:
+                at, _, kind, ref = heapq.heappop(heap)
+                handlers[kind](at, ref)
         return PolicyRun(self.run_name, self.results, self.backends)
 
     # -- requests ---------------------------------------------------------------------------
