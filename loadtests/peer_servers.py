@@ -5,6 +5,8 @@
   one worker, latency-based routing, as people run it.
 - **nginx** (Debian's, ``apt-get install nginx-light``): a plain byte relay with buffering off,
   the floor for what relaying SSE costs. Not installed by this module; skipped when absent.
+- **python-relay** (``loadtests/python_relay.py``): the same byte relay in Python on uvloop,
+  doing nothing a gateway does: the floor for any Python relay on this host.
 
 Each yields its base URL and the pid whose process tree's CPU time is charged to it.
 """
@@ -183,6 +185,16 @@ async def nginx_relay(backend_url: str) -> AsyncIterator[tuple[str, int]]:
         url = f"http://127.0.0.1:{port}"
         async with _running(argv, url + "/v1/models") as pid:
             yield url, pid
+
+
+@contextlib.asynccontextmanager
+async def python_relay(backend_url: str) -> AsyncIterator[tuple[str, int]]:
+    port = free_port()
+    argv = [sys.executable, "-m", "loadtests.python_relay", "--backend", backend_url]
+    argv += ["--port", str(port)]
+    url = f"http://127.0.0.1:{port}"
+    async with _running(argv, url + "/v1/models") as pid:
+        yield url, pid
 
 
 def nginx_available() -> bool:
