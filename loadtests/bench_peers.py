@@ -1,15 +1,17 @@
 """Meridian beside the proxies people use today, in one run anyone can repeat.
 
     python -m loadtests.bench_peers [--concurrency 1 32] [--requests 200] [--rounds 2]
-        [--peers meridian litellm nginx python-relay] [--litellm-version 1.108.7] [--out DIR]
+        [--peers meridian litellm nginx python-relay aiohttp-relay] [--litellm-version 1.108.7]
+        [--out DIR]
         [--meridian-src NAME=DIR ...]
 
 One emulated backend (TTFT 20 ms, 32 tokens at 5 ms), one streaming load generator, and in front
 of the backend: nothing (direct), Meridian (``meridian serve``, one worker), the LiteLLM proxy
 (installed into a virtual environment of its own by this script, one worker, latency-based
-routing), nginx (Debian's; a byte relay with buffering off: the floor) and python-relay
+routing), nginx (Debian's; a byte relay with buffering off: the floor), python-relay
 (``loadtests/python_relay.py``: the same byte relay in Python on uvloop, the floor of a relay
-in the interpreter, so the table tells the language's share from the gateway's). Sides alternate within
+in the interpreter, so the table tells the language's share from the gateway's) and
+aiohttp-relay (the same behind aiohttp's web server, which Meridian's HTTP door runs on). Sides alternate within
 each round so machine noise hits them alike; percentiles pool each side's rounds. Reported per
 side and concurrency: added TTFT p50/p99 and added ITL p99 (side - direct), throughput / direct,
 and CPU per relayed token event (the proxy's process-tree CPU seconds during its runs ÷ token
@@ -103,8 +105,9 @@ async def _peers(
                 found["nginx"] = await stack.enter_async_context(nginx_relay(backend_url))
             else:
                 print("bench_peers: nginx not found (apt-get install nginx-light); skipped")
-        if "python-relay" in wanted:
-            found["python-relay"] = await stack.enter_async_context(python_relay(backend_url))
+        for kind, peer in (("protocol", "python-relay"), ("aiohttp", "aiohttp-relay")):
+            if peer in wanted:
+                found[peer] = await stack.enter_async_context(python_relay(backend_url, kind))
         yield found
 
 
@@ -205,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         help="output tokens per request; long streams leave per-event CPU, not per-request",
     )
     parser.add_argument(
-        "--peers", nargs="+", default=["meridian", "litellm", "nginx", "python-relay"]
+        "--peers",
+        nargs="+",
+        default=["meridian", "litellm", "nginx", "python-relay", "aiohttp-relay"],
     )
     parser.add_argument("--litellm-version", help="pip version of litellm[proxy] (default: latest)")
     parser.add_argument("--venvs", type=Path, default=DEFAULT_VENVS, help="where peer venvs live")

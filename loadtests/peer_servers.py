@@ -6,7 +6,8 @@
 - **nginx** (Debian's, ``apt-get install nginx-light``): a plain byte relay with buffering off,
   the floor for what relaying SSE costs. Not installed by this module; skipped when absent.
 - **python-relay** (``loadtests/python_relay.py``): the same byte relay in Python on uvloop,
-  doing nothing a gateway does: the floor for any Python relay on this host.
+  doing nothing a gateway does: the floor for any Python relay on this host; and
+  **aiohttp-relay**, the same behind aiohttp's web server (Meridian's HTTP door's server).
 
 Each yields its base URL and the pid whose process tree's CPU time is charged to it.
 """
@@ -188,10 +189,13 @@ async def nginx_relay(backend_url: str) -> AsyncIterator[tuple[str, int]]:
 
 
 @contextlib.asynccontextmanager
-async def python_relay(backend_url: str) -> AsyncIterator[tuple[str, int]]:
+async def python_relay(
+    backend_url: str, server: str = "protocol"
+) -> AsyncIterator[tuple[str, int]]:
+    """``loadtests/python_relay.py`` (``server``: ``protocol`` or ``aiohttp``)."""
     port = free_port()
     argv = [sys.executable, "-m", "loadtests.python_relay", "--backend", backend_url]
-    argv += ["--port", str(port)]
+    argv += ["--port", str(port), "--server", server]
     url = f"http://127.0.0.1:{port}"
     async with _running(argv, url + "/v1/models") as pid:
         yield url, pid
