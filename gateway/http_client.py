@@ -115,6 +115,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def done(self, response: UpstreamResponse, *, reusable: bool) -> None:
         if self.response is response:
             self.response = None
+            response.unhook()
         if reusable and not self.closed:
             self.resume()
             self._pool.put_back(self)

@@ -53,6 +53,9 @@ class ReadWatch:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        # ``expire`` is a method of the exchange that holds this watch: letting go of it breaks
+        # the cycle, so a finished stream is freed by reference counting, not by a collection.
+        self._expire = _expired
 
     def _arm(self, now: float) -> None:
         bound = (self.since if self.since is not None else now) + self._idle_s
@@ -82,3 +85,7 @@ class ReadWatch:
         else:
             idle = f"{self._idle_s:.1f}s"
             self._expire("upstream_stalled", f"upstream sent nothing for {idle} mid-stream", 502)
+
+
+def _expired(kind: str, message: str, status: int) -> None:
+    """A stopped watch's ``expire``: the stream it watched is over."""

@@ -83,11 +83,13 @@ class UpstreamResponse:
             self.content.feed(data)
 
     def on_message_complete(self) -> None:
+        # Asked here: once the callback returns, llhttp has reset for the next message. And
+        # before the body is fed: a sink fed here may end the response (``unhook``).
+        keep_alive = self._parser.should_keep_alive()
         self._feed_body()  # the body before its end
         if self.status >= 200:
             self.complete = True
-            # asked here: once the callback returns, llhttp has reset for the next message
-            self.keep_alive = self._parser.should_keep_alive()
+            self.keep_alive = keep_alive
             self.content.feed_eof()
             if self._draining is not None:
                 self._end_drain(reusable=self.keep_alive)
@@ -165,6 +167,12 @@ class UpstreamResponse:
 
     async def read(self) -> bytes:
         return await self.content.read()
+
+    def unhook(self) -> None:
+        """No byte comes for this response any more (its connection took it off): the parser,
+        whose callbacks are this response's methods, is let go, so the two are freed by
+        reference counting, not left as a cycle for the collector."""
+        del self._parser
 
     def release(self) -> None:
         """Hand the connection back for the next request once the message ended: at once, or

@@ -235,6 +235,10 @@ class RequestHold:
             )
             for resource in _RELEASE_ORDER:
                 self._release(resource, failure, observation)
+        # The stream holds this hold (``OpenedStream.held``): letting go of it breaks the
+        # cycle, so the request's objects are freed now by reference counting, not later by
+        # a collection that pauses every stream (docs/results/perf-issue16.md, session 19).
+        self.stream = None
 
 
 def hold_request(

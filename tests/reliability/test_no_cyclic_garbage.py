@@ -1,0 +1,57 @@
+"""A streamed request leaves nothing for the cyclic garbage collector: its objects are freed by
+reference counting the moment it ends.
+
+They used to form cycles (the opened stream and its request hold, the upstream response and
+its parser, the read watch and its exchange), so every request's ~60 objects waited for a
+collection. At c=32 that was a young collection of ~7,000 objects every ~0.5 s (~5 ms, every
+stream stalled) and a middle one of ~27,000 every ~5 s (~23 ms): the c=32 p99 of added TTFT
+(docs/results/perf-issue16.md, session 19). Here a real gateway process relays 300 streams, and
+its own ``python_gc_objects_collected_total`` says what the collector had to free meanwhile: a
+cycle left by every request would be over 10,000 (the young generation's threshold,
+gateway/heap.py, is crossed at least once).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadtests.bench.lean_client import run_lean
+from loadtests.bench.overhead_setup import one_backend_config, overhead_workload
+from loadtests.bench.workload import parse_workload
+from loadtests.processes import mock_backend
+from tests.reliability.support import serve_process, write_config
+
+REQUESTS = 300
+
+
+async def collected_by_the_collector(admin_url: str) -> float:
+    async with aiohttp.ClientSession() as session, session.get(admin_url + "/metrics") as reply:
+        text = await reply.text()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "python_gc_objects_collected"
+        for sample in family.samples
+    )
+
+
+async def test_streamed_requests_leave_no_cyclic_garbage(tmp_path: Path) -> None:
+    async with mock_backend("mock-model", ttft_ms=1.0, itl_ms=0.2) as (backend_url, _):
+        path = tmp_path / "gateway.yaml"
+        config = one_backend_config("b1", backend_url)
+        config["backends"][0]["models"] = ["mock-model"]
+        write_config(path, config)
+        warm, measured = overhead_workload(4, 40), overhead_workload(4, REQUESTS)
+        for workload in (warm, measured):
+            workload["model"] = "mock-model"
+        async with serve_process(path) as gateway:
+            await run_lean(gateway.url, parse_workload(warm))  # pools, first-use caches
+            before = await collected_by_the_collector(gateway.admin_url)
+            result = await run_lean(gateway.url, parse_workload(measured))
+            after = await collected_by_the_collector(gateway.admin_url)
+    assert len(result.records) == REQUESTS
+    assert all(record.ok for record in result.records), result.records[0].error_detail
+    assert after - before < REQUESTS, f"the collector freed {after - before:.0f} objects"
