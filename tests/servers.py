@@ -9,7 +9,9 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import RunningGateway, start_gateway
 from gateway.config import GatewayConfig
@@ -63,6 +65,20 @@ PROCESS_BOUND_S = 60.0
 def hang_bound(within_s: float) -> float:
     """The seconds a poll may take before it fails the test: ``within_s``, or the floor."""
     return max(within_s, HANG_BOUND_S)
+
+
+async def scraped_sum(session: aiohttp.ClientSession, metrics_url: str, family: str) -> float:
+    """The sum of every sample of counter ``family`` (its ``_total`` samples) that
+    ``metrics_url`` (a /metrics page) serves now."""
+    async with session.get(metrics_url) as reply:
+        text = await reply.text()
+    return sum(
+        sample.value
+        for found in text_string_to_metric_families(text)
+        if found.name == family
+        for sample in found.samples
+        if sample.name.endswith("_total")
+    )
 
 
 def post_bytes(host: str, path: str, body: bytes, *, close: bool = False) -> bytes:

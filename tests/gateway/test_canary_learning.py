@@ -4,10 +4,9 @@ backend slower to its first token than configured is predicted slower once canar
 from __future__ import annotations
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
-from tests.servers import engine_admitted
+from tests.servers import engine_admitted, scraped_sum
 
 
 async def _predicted_ms(session: aiohttp.ClientSession, url: str) -> float:
@@ -16,18 +15,6 @@ async def _predicted_ms(session: aiohttp.ClientSession, url: str) -> float:
     ) as response:
         report = await response.json()
     return float(report["candidates"][0]["predicted_ttft_ms"])
-
-
-async def _learned(session: aiohttp.ClientSession, url: str) -> float:
-    async with session.get(url + "/metrics") as response:
-        text = await response.text()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "meridian_canaries_learned"
-        for sample in family.samples
-        if sample.name.endswith("_total")
-    )
 
 
 async def test_canaries_teach_routing_without_any_request(emulator, gateway) -> None:
@@ -46,7 +33,9 @@ async def test_canaries_teach_routing_without_any_request(emulator, gateway) -> 
         # few surprising samples in a row, a rate moves by a clipped step per sample.
         learned = after = 0.0
         while learned < 60 and after <= 220.0:
-            learned = await _learned(session, running.admin_url)
+            learned = await scraped_sum(
+                session, running.admin_url + "/metrics", "meridian_canaries_learned"
+            )
             after = await _predicted_ms(session, running.url)
     # Canaries only reached the engine (this test sent no request). A canary stops reading at
     # its first token, so the engine may count it cancelled rather than completed.

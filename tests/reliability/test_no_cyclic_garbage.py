@@ -16,26 +16,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.bench.lean_client import run_lean
 from loadtests.bench.overhead_setup import one_backend_config, overhead_workload
 from loadtests.bench.workload import parse_workload
 from loadtests.processes import mock_backend
 from tests.reliability.support import serve_process, write_config
+from tests.servers import scraped_sum
 
 REQUESTS = 300
 
 
 async def collected_by_the_collector(admin_url: str) -> float:
-    async with aiohttp.ClientSession() as session, session.get(admin_url + "/metrics") as reply:
-        text = await reply.text()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "python_gc_objects_collected"
-        for sample in family.samples
-    )
+    async with aiohttp.ClientSession() as session:
+        return await scraped_sum(session, admin_url + "/metrics", "python_gc_objects_collected")
 
 
 async def test_streamed_requests_leave_no_cyclic_garbage(tmp_path: Path) -> None:
