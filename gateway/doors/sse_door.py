@@ -106,7 +106,7 @@ async def serve(
     except (ApiError, ImpossibleState) as exc:  # before the core: no key, a bad or slow body
         refusal = exc if isinstance(exc, ApiError) else internal_error(request_id, "http", exc)
         refused(relay, "http", endpoint, request_id, received_at, None, refusal)
-        return wire.error_response(refusal, {"X-Request-Id": request_id})
+        return _refusal(wire, refusal, request_id)
 
     def check(parsed: InboundRequest) -> None:
         authorize(principal, parsed.model)  # 403: scope or model not allowed for this key
@@ -128,7 +128,7 @@ async def serve(
             error = exc if isinstance(exc, ApiError) else call.impossible(exc)
             if writer is not None and (response := writer.response) is not None:
                 return await _error_after_headers(writer, response, wire.stream_error(error))
-            return wire.error_response(error, {"X-Request-Id": request_id})
+            return _refusal(wire, error, request_id)
         return await _answer(request, call, writer, wire)
     except ImpossibleState as exc:
         if call.started:
@@ -136,12 +136,26 @@ async def serve(
         error = internal_error(request_id, "http", exc)
         if writer is not None and (response := writer.response) is not None:
             return await _error_after_headers(writer, response, wire.stream_error(error))
-        return wire.error_response(error, {"X-Request-Id": request_id})
+        return _refusal(wire, error, request_id)
     finally:
         call.close()
         if call.started:
             tokens = call.opened.exchange.output_tokens()
             quotas.charge(principal.key_id, principal.tenant, tokens)
+
+
+def _refusal(wire: DoorWire, error: ApiError, request_id: str) -> web.Response:
+    """``error`` as the door's error response. Its tracebacks (and those of the errors it
+    was raised from) are let go: they hold the frames that raised and caught it, which hold
+    the error, a cycle only a collection would free (a flood of refused requests made one
+    every few hundred)."""
+    cause: BaseException | None = error
+    seen: set[int] = set()  # a chain made by hand could loop
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        cause.with_traceback(None)  # not ``__traceback__ =``: ApiError is a frozen dataclass
+        cause = cause.__cause__ or cause.__context__
+    return wire.error_response(error, {"X-Request-Id": request_id})
 
 
 async def _answer(

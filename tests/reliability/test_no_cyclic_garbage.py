@@ -49,3 +49,23 @@ async def test_streamed_requests_leave_no_cyclic_garbage(tmp_path: Path) -> None
     assert len(result.records) == REQUESTS
     assert all(record.ok for record in result.records), result.records[0].error_detail
     assert after - before < REQUESTS, f"the collector freed {after - before:.0f} objects"
+
+
+async def test_refused_requests_leave_no_cyclic_garbage(tmp_path: Path) -> None:
+    """A refusal's error held its traceback, whose frames held the error."""
+    async with mock_backend("mock-model", ttft_ms=1.0, itl_ms=0.2) as (backend_url, _):
+        path = tmp_path / "gateway.yaml"
+        config = one_backend_config("b1", backend_url)
+        config["backends"][0]["models"] = ["mock-model"]
+        write_config(path, config)
+        async with serve_process(path) as gateway, aiohttp.ClientSession() as session:
+            chat = gateway.url + "/v1/chat/completions"
+            unknown = b'{"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}'
+            refusals = [(unknown, 404), (b'{"model": ', 400)] * (REQUESTS // 2)
+            json = {"Content-Type": "application/json"}
+            before = await collected_by_the_collector(gateway.admin_url)
+            for body, status in refusals:
+                async with session.post(chat, data=body, headers=json) as reply:
+                    assert reply.status == status, await reply.text()
+            after = await collected_by_the_collector(gateway.admin_url)
+    assert after - before < REQUESTS, f"the collector freed {after - before:.0f} objects"
