@@ -13,6 +13,8 @@ gateway/heap.py, is crossed at least once).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -21,10 +23,23 @@ from loadtests.bench.lean_client import run_lean
 from loadtests.bench.overhead_setup import one_backend_config, overhead_workload
 from loadtests.bench.workload import parse_workload
 from loadtests.processes import mock_backend
-from tests.reliability.support import serve_process, write_config
+from tests.reliability.support import ServeProcess, serve_process, write_config
 from tests.servers import scraped_sum
 
 REQUESTS = 300
+MODEL = "mock-model"
+
+
+@contextlib.asynccontextmanager
+async def gateway_on_a_mock(tmp_path: Path) -> AsyncIterator[ServeProcess]:
+    """A ``meridian serve`` process in front of a mock backend (1 ms to a first token)."""
+    async with mock_backend(MODEL, ttft_ms=1.0, itl_ms=0.2) as (backend_url, _):
+        path = tmp_path / "gateway.yaml"
+        config = one_backend_config("b1", backend_url)
+        config["backends"][0]["models"] = [MODEL]
+        write_config(path, config)
+        async with serve_process(path) as gateway:
+            yield gateway
 
 
 async def collected_by_the_collector(admin_url: str) -> float:
@@ -33,19 +48,14 @@ async def collected_by_the_collector(admin_url: str) -> float:
 
 
 async def test_streamed_requests_leave_no_cyclic_garbage(tmp_path: Path) -> None:
-    async with mock_backend("mock-model", ttft_ms=1.0, itl_ms=0.2) as (backend_url, _):
-        path = tmp_path / "gateway.yaml"
-        config = one_backend_config("b1", backend_url)
-        config["backends"][0]["models"] = ["mock-model"]
-        write_config(path, config)
-        warm, measured = overhead_workload(4, 40), overhead_workload(4, REQUESTS)
-        for workload in (warm, measured):
-            workload["model"] = "mock-model"
-        async with serve_process(path) as gateway:
-            await run_lean(gateway.url, parse_workload(warm))  # pools, first-use caches
-            before = await collected_by_the_collector(gateway.admin_url)
-            result = await run_lean(gateway.url, parse_workload(measured))
-            after = await collected_by_the_collector(gateway.admin_url)
+    warm, measured = overhead_workload(4, 40), overhead_workload(4, REQUESTS)
+    for workload in (warm, measured):
+        workload["model"] = MODEL
+    async with gateway_on_a_mock(tmp_path) as gateway:
+        await run_lean(gateway.url, parse_workload(warm))  # pools, first-use caches
+        before = await collected_by_the_collector(gateway.admin_url)
+        result = await run_lean(gateway.url, parse_workload(measured))
+        after = await collected_by_the_collector(gateway.admin_url)
     assert len(result.records) == REQUESTS
     assert all(record.ok for record in result.records), result.records[0].error_detail
     assert after - before < REQUESTS, f"the collector freed {after - before:.0f} objects"
@@ -53,19 +63,14 @@ async def test_streamed_requests_leave_no_cyclic_garbage(tmp_path: Path) -> None
 
 async def test_refused_requests_leave_no_cyclic_garbage(tmp_path: Path) -> None:
     """A refusal's error held its traceback, whose frames held the error."""
-    async with mock_backend("mock-model", ttft_ms=1.0, itl_ms=0.2) as (backend_url, _):
-        path = tmp_path / "gateway.yaml"
-        config = one_backend_config("b1", backend_url)
-        config["backends"][0]["models"] = ["mock-model"]
-        write_config(path, config)
-        async with serve_process(path) as gateway, aiohttp.ClientSession() as session:
-            chat = gateway.url + "/v1/chat/completions"
-            unknown = b'{"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}'
-            refusals = [(unknown, 404), (b'{"model": ', 400)] * (REQUESTS // 2)
-            json = {"Content-Type": "application/json"}
-            before = await collected_by_the_collector(gateway.admin_url)
-            for body, status in refusals:
-                async with session.post(chat, data=body, headers=json) as reply:
-                    assert reply.status == status, await reply.text()
-            after = await collected_by_the_collector(gateway.admin_url)
+    unknown = b'{"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}'
+    refusals = [(unknown, 404), (b'{"model": ', 400)] * (REQUESTS // 2)
+    json = {"Content-Type": "application/json"}
+    async with gateway_on_a_mock(tmp_path) as gateway, aiohttp.ClientSession() as session:
+        chat = gateway.url + "/v1/chat/completions"
+        before = await collected_by_the_collector(gateway.admin_url)
+        for body, status in refusals:
+            async with session.post(chat, data=body, headers=json) as reply:
+                assert reply.status == status, await reply.text()
+        after = await collected_by_the_collector(gateway.admin_url)
     assert after - before < REQUESTS, f"the collector freed {after - before:.0f} objects"
