@@ -266,7 +266,9 @@ class Call:
             yield _deserialized(deserialize, raw)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        """A task cancelled before it first ran never reached ``_run``'s handlers: end it here."""
+        """A task cancelled before it first ran never reached ``_run``'s handlers: end it here.
+        Either way the servicer is done with its context (``H2ServicerContext.detach``)."""
+        self.context.detach()
         if self.ended:
             return
         reason = self.cancel_reason or Cancel.LOST

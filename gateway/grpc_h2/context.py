@@ -29,6 +29,12 @@ class H2ServicerContext:
         self.details_value = ""
         self.trailing: list[Header] = []  # the trailing metadata as header fields
 
+    def detach(self) -> None:
+        """The call's servicer returned: the call it holds (which holds this context) is let
+        go, so the two are freed by reference counting, not left as a cycle for the
+        collector. Nothing reads the context after that."""
+        del self._call
+
     @property
     def arrived_at(self) -> float:
         """perf_counter() when the call's HEADERS were read (grpc.aio has no such time)."""
