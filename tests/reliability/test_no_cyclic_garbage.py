@@ -8,8 +8,8 @@ stream stalled) and a middle one of ~27,000 every ~5 s (~23 ms): the c=32 p99 of
 (docs/results/perf-issue16.md, session 19). Here a real gateway process relays 300 streams
 (then 300 refusals, then 700 gRPC calls on the h2 engine), and its own
 ``python_gc_objects_collected_total`` says what the collector had to free meanwhile: a cycle
-left by every request would be thousands (the young generation's threshold, gateway/heap.py,
-is crossed at least once), none leaves 0.
+left by every request makes it thousands (the young generation's threshold, gateway/heap.py,
+is crossed at least once); with none, it frees next to nothing.
 """
 
 from __future__ import annotations
