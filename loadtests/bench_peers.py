@@ -2,8 +2,7 @@
 
     python -m loadtests.bench_peers [--concurrency 1 32] [--requests 200] [--rounds 2]
         [--peers meridian litellm nginx python-relay aiohttp-relay] [--litellm-version 1.108.7]
-        [--out DIR]
-        [--meridian-src NAME=DIR ...]
+        [--out DIR] [--meridian-src NAME=DIR ...]
 
 One emulated backend (TTFT 20 ms, 32 tokens at 5 ms), one streaming load generator, and in front
 of the backend: nothing (direct), Meridian (``meridian serve``, one worker), the LiteLLM proxy
@@ -11,11 +10,11 @@ of the backend: nothing (direct), Meridian (``meridian serve``, one worker), the
 routing), nginx (Debian's; a byte relay with buffering off: the floor), python-relay
 (``loadtests/python_relay.py``: the same byte relay in Python on uvloop, the floor of a relay
 in the interpreter, so the table tells the language's share from the gateway's) and
-aiohttp-relay (the same behind aiohttp's web server, which Meridian's HTTP door runs on). Sides alternate within
-each round so machine noise hits them alike; percentiles pool each side's rounds. Reported per
-side and concurrency: added TTFT p50/p99 and added ITL p99 (side - direct), throughput / direct,
-and CPU per relayed token event (the proxy's process-tree CPU seconds during its runs ÷ token
-events relayed), with ratios against LiteLLM and nginx. ``--meridian-src base=/tmp/main`` adds
+aiohttp-relay (the same behind aiohttp's web server, which Meridian's HTTP door runs on). Sides
+alternate within each round so machine noise hits them alike; percentiles pool each side's
+rounds. Reported per side and concurrency: added TTFT p50/p99 and added ITL p99 (side -
+direct), throughput / direct, and CPU per relayed token event (the proxy's process-tree CPU
+seconds during its runs ÷ token events relayed), with ratios against LiteLLM and nginx. ``--meridian-src base=/tmp/main`` adds
 a Meridian side ``meridian@base`` running that checkout's code (``PYTHONPATH``), so a change is
 measured against its baseline in the same run. Not part of the test suite.
 """
