@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -20,8 +21,10 @@ from gateway.fleet import build_signal_hub
 from gateway.http_api import add_routes
 from gateway.http_socket.expect import guard_expect
 from gateway.http_socket.policy import DOOR, DoorMetrics, DoorPolicy
-from gateway.http_socket.protocol import DoorRunner
+from gateway.http_socket.protocol import DoorRunner, DoorServer
 from gateway.idle_sweep import idle_sweep_ctx
+from gateway.lean_door.door import LeanDoor
+from gateway.lean_door.site import LeanSite
 from gateway.loop_health import loop_health_ctx
 from gateway.metrics import GatewayMetrics
 from gateway.observability.fleet_status import FleetStatusCollector
@@ -225,14 +228,8 @@ async def start_gateway(
     except BaseException:
         await runner.cleanup()
         raise
-    site = web.TCPSite(
-        runner,
-        bind_host,
-        config.listen.port if port is None else port,
-        reuse_port=reuse_port,
-        backlog=_LISTEN_BACKLOG,
-        ssl_context=tls,
-    )
+    public_port = config.listen.port if port is None else port
+    site = _public_site(runner, config, tls, bind_host, public_port, reuse_port)
     try:
         await site.start()
     except BaseException:  # a port in use: close what setup() opened (upstream sessions)
@@ -254,6 +251,26 @@ async def start_gateway(
     app[ADMIN].ports.add(bound_admin)
     scheme = "http" if tls is None else "https"
     return RunningGateway(runner, bind_host, actual_port, admin.host, bound_admin, scheme)
+
+
+def _public_site(
+    runner: DoorRunner,
+    config: GatewayConfig,
+    tls: ssl.SSLContext | None,
+    host: str,
+    port: int,
+    reuse_port: bool,
+) -> web.TCPSite:
+    """The public listener: the lean door in front of aiohttp's server (gateway/lean_door),
+    unless the operator turned it off or the listener speaks TLS."""
+    server = runner.server
+    if config.door.lean and tls is None and isinstance(server, DoorServer):
+        lean = LeanDoor(runner.app, server.handler, runner.app[METRICS].registry)
+        server.lean = lean  # its connections are shut down with aiohttp's
+        return LeanSite(runner, lean, host, port, reuse_port=reuse_port, backlog=_LISTEN_BACKLOG)
+    return web.TCPSite(
+        runner, host, port, reuse_port=reuse_port, backlog=_LISTEN_BACKLOG, ssl_context=tls
+    )
 
 
 def _bound_port(site: web.TCPSite) -> int | None:

@@ -1,9 +1,15 @@
 """Writing an SSE response to a client that may be slow, with bounded memory per stream.
 
+:class:`SseSink` is what the door's runner writes a stream to, whichever server read the
+request: :class:`SseWriter` on aiohttp's web server, :class:`gateway.lean_door.sse.LeanSse` on
+the lean door's own connections. Both frame each write as one HTTP/1.1 chunk on the transport
+themselves once the headers went out; they differ in how the headers go out and how the end
+of the response is told to the server.
+
 aiohttp's ``StreamResponse.write`` hands bytes to the transport and only waits for it to drain
 once 64 KiB have been written since the last wait, so on its own a slow reader lets the
-transport's buffer grow past its high-water mark by up to that much. :class:`SseWriter` sets
-the high-water mark explicitly and, after a write leaves more than that queued, waits for the
+transport's buffer grow past its high-water mark by up to that much. A sink sets the
+high-water mark explicitly and, after a write leaves more than that queued, waits for the
 client to take it — at most ``write_timeout_s``, then the client is
 cut off (:class:`ClientTooSlow`). The socket's kernel send buffer is fixed too
 (``send_buffer_bytes``), so a stalled client cannot park megabytes in the kernel either, and the
@@ -31,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiohttp import web
 from aiohttp.http_writer import StreamWriter
@@ -48,11 +56,17 @@ class ClientTooSlow(Exception):
 
 
 # Set as headers, not through ``content_type`` (which parses and re-renders the value).
-_SSE_HEADERS = {
+SSE_HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+
+
+class OutputCount(Protocol):
+    """Where the bytes written for a response are counted (aiohttp's ``StreamWriter`` is one)."""
+
+    output_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,64 +74,71 @@ class RawOut:
     """A started SSE response's client side, for a writer that frames chunks itself:
     ``transport.write(b"%x\\r\\n%b\\r\\n" % (len(data), data))``, counted in
     ``chunked.output_size``; a queue left over ``high`` bytes means the client is behind, and
-    any bytes left queued go to ``note_held`` (the stream's peak). :meth:`SseWriter.push`."""
+    any bytes left queued go to ``note_held`` (the stream's peak). :meth:`SseSink.push`."""
 
     transport: asyncio.Transport
-    chunked: StreamWriter  # aiohttp's writer, told what was sent
+    chunked: OutputCount
     high: int
     note_held: Callable[[int], None]
 
 
-class _SseResponse(web.StreamResponse):
-    """A stream response whose headers wait for its first write and go out with it (one
-    system call, one TCP segment to the client); aiohttp's own switch for it."""
+class SseSink(ABC):
+    """One SSE response: headers, then chunks written as they come, bounded by the client."""
 
-    _send_headers_immediately = False
-
-
-class SseWriter:
-    def __init__(self, request: web.Request, config: StreamsConfig) -> None:
-        self.request = request
-        self.response: web.StreamResponse | None = None
+    def __init__(self, config: StreamsConfig) -> None:
         self._high = config.buffer_bytes // 4  # + one read of read_bufsize: half (module doc)
         self._timeout_s = config.write_timeout_s
         self._send_buffer = config.send_buffer_bytes
         self._upstream_held: Callable[[], int] = lambda: 0
         self.max_buffered = 0  # most bytes held for this stream: client transport + upstream
-        # Set once the headers went out with a first write: later chunks bypass aiohttp's writer.
+        # Set once the headers went out with a first write: later chunks are framed here.
         self._raw: asyncio.Transport | None = None
-        self._chunked: StreamWriter | None = None  # aiohttp's writer, told what was sent
+        self._chunked: OutputCount | None = None
 
     @property
+    @abstractmethod
     def started(self) -> bool:
-        return self.response is not None
+        """Whether :meth:`start` ran (the headers are out or wait for the first write)."""
 
+    @abstractmethod
     async def start(self, headers: Mapping[str, str], *, flush: bool = False) -> None:
         """Send the 200 and SSE headers (with the first write, or now when ``flush``)."""
-        response = _SseResponse(status=200, headers={**headers, **_SSE_HEADERS})
-        await response.prepare(self.request)
-        self.response = response
-        transport = self.request.transport
-        if transport is not None:
-            transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
-            if self._send_buffer is not None:
-                self._set_send_buffer(transport, self._send_buffer)
-        if flush:
-            self.request.writer.send_headers()
+
+    @abstractmethod
+    async def _first_write(self, data: bytes) -> asyncio.Transport:
+        """The headers and ``data``; sets ``_raw`` and ``_chunked`` for what follows."""
+
+    @abstractmethod
+    def _transport(self) -> asyncio.Transport | None:
+        """The client's transport (None once it is gone)."""
+
+    @abstractmethod
+    async def _drain(self) -> None:
+        """Wait until the transport is below its low-water mark."""
+
+    @abstractmethod
+    async def end(self, last: bytes) -> None:
+        """The last bytes and the chunked terminator, in one write."""
+
+    @abstractmethod
+    async def fail(self, event: bytes) -> None:
+        """Every attempt failed after early headers committed a 200: the error as an event,
+        then the response ends."""
+
+    @abstractmethod
+    def reply(self) -> web.StreamResponse | None:
+        """What the door's handler answers once the stream was written (the lean door: None)."""
+
+    def _configure(self, transport: asyncio.Transport) -> None:
+        transport.set_write_buffer_limits(high=self._high, low=self._high // 4)
+        if self._send_buffer is not None:
+            self._set_send_buffer(transport, self._send_buffer)
 
     def _set_send_buffer(self, transport: asyncio.Transport, size: int) -> None:
-        """Once per connection of the gateway's door (it remembers); on another server's
-        connection (a test's plain aiohttp), every time."""
-        protocol = self.request.protocol
-        door = protocol if isinstance(protocol, DoorRequestHandler) else None
-        if door is not None and door.send_buffer == size:
-            return
         # uvloop builds a socket object for every "socket" asked for: only when configured.
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-            if door is not None:
-                door.send_buffer = size
 
     def track_upstream(self, held: Callable[[], int]) -> None:
         """Count what the upstream side holds too (``UpstreamExchange.buffered_bytes``)."""
@@ -125,7 +146,7 @@ class SseWriter:
 
     def held_now(self) -> int:
         """Bytes held for this stream now; read at scrape time (a stuck stream shows up)."""
-        transport = self.request.transport
+        transport = self._transport()
         queued = transport.get_write_buffer_size() if transport is not None else 0
         self._note_held(queued)
         return queued + self._upstream_held()
@@ -182,6 +203,87 @@ class SseWriter:
         elif not self.push(data):
             await self._catch_up(transport)
 
+    async def _after_write(self, transport: asyncio.Transport) -> None:
+        queued = transport.get_write_buffer_size()
+        self._note_held(queued)
+        if queued > self._high:
+            await self._catch_up(transport)
+
+    async def _catch_up(self, transport: asyncio.Transport) -> None:
+        try:
+            await self._wait_for_client()
+        finally:  # while we waited, the upstream reader filled up to its own limit
+            self._note_held(transport.get_write_buffer_size())
+
+    async def _wait_for_client(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._drain()
+        except TimeoutError:
+            raise ClientTooSlow(self._too_slow()) from None
+
+    def _too_slow(self) -> str:
+        return f"client took none of {self._high} buffered bytes within {self._timeout_s:.1f}s"
+
+    async def keepalive(self) -> None:
+        await self.write(comment("keepalive"))
+
+    def abort(self) -> None:
+        """Cut the client off (it is too slow): no more bytes, the connection closes."""
+        transport = self._transport()
+        if transport is not None:
+            transport.abort()
+
+
+class _SseResponse(web.StreamResponse):
+    """A stream response whose headers wait for its first write and go out with it (one
+    system call, one TCP segment to the client); aiohttp's own switch for it."""
+
+    _send_headers_immediately = False
+
+
+class SseWriter(SseSink):
+    """An SSE response on aiohttp's web server."""
+
+    def __init__(self, request: web.Request, config: StreamsConfig) -> None:
+        super().__init__(config)
+        self.request = request
+        self.response: web.StreamResponse | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.response is not None
+
+    def reply(self) -> web.StreamResponse | None:
+        return self.response
+
+    async def start(self, headers: Mapping[str, str], *, flush: bool = False) -> None:
+        response = _SseResponse(status=200, headers={**headers, **SSE_HEADERS})
+        await response.prepare(self.request)
+        self.response = response
+        transport = self.request.transport
+        if transport is not None:
+            self._configure(transport)
+        if flush:
+            self.request.writer.send_headers()
+
+    def _set_send_buffer(self, transport: asyncio.Transport, size: int) -> None:
+        """Once per connection of the gateway's door (it remembers); on another server's
+        connection (a test's plain aiohttp), every time."""
+        protocol = self.request.protocol
+        door = protocol if isinstance(protocol, DoorRequestHandler) else None
+        if door is not None and door.send_buffer == size:
+            return
+        super()._set_send_buffer(transport, size)
+        if door is not None:
+            door.send_buffer = size
+
+    def _transport(self) -> asyncio.Transport | None:
+        return self.request.transport
+
+    async def _drain(self) -> None:
+        await self.request.writer.drain()
+
     async def _first_write(self, data: bytes) -> asyncio.Transport:
         """Through aiohttp's writer, which sends the buffered headers with it."""
         response = self.response
@@ -204,33 +306,7 @@ class SseWriter:
             self._raw, self._chunked = transport, writer  # always, for SSE
         return transport
 
-    async def _after_write(self, transport: asyncio.Transport) -> None:
-        queued = transport.get_write_buffer_size()
-        self._note_held(queued)
-        if queued > self._high:
-            await self._catch_up(transport)
-
-    async def _catch_up(self, transport: asyncio.Transport) -> None:
-        try:
-            await self._wait_for_client()
-        finally:  # while we waited, the upstream reader filled up to its own limit
-            self._note_held(transport.get_write_buffer_size())
-
-    async def _wait_for_client(self) -> None:
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await self.request.writer.drain()
-        except TimeoutError:
-            raise ClientTooSlow(self._too_slow()) from None
-
-    def _too_slow(self) -> str:
-        return f"client took none of {self._high} buffered bytes within {self._timeout_s:.1f}s"
-
-    async def keepalive(self) -> None:
-        await self.write(comment("keepalive"))
-
     async def end(self, last: bytes) -> None:
-        """The last bytes and the chunked terminator, in one write."""
         transport, response, writer = self._raw, self.response, self._chunked
         if transport is None and response is not None and 0 < len(last) <= self._high // 4:
             # The whole answer at once (it came in the first upstream read): headers, last
@@ -239,7 +315,7 @@ class SseWriter:
             if (transport := self.request.transport) is not None:
                 await self._after_write(transport)
             return
-        if transport is None or response is None or writer is None:
+        if transport is None or response is None or not isinstance(writer, StreamWriter):
             await self.write(last)
             if self.response is not None:  # write() raised otherwise
                 await self.response.write_eof()
@@ -255,8 +331,7 @@ class SseWriter:
         await response.write_eof()
         await self._after_write(transport)
 
-    def abort(self) -> None:
-        """Cut the client off (it is too slow): no more bytes, the connection closes."""
-        transport = self.request.transport
-        if transport is not None:
-            transport.abort()
+    async def fail(self, event: bytes) -> None:
+        await self.write(event)
+        if self.response is not None:
+            await self.response.write_eof()

@@ -1,7 +1,8 @@
 """Every HTTP door's runner: one request through the relay core, answered as SSE or one body.
 
 A door passes its :class:`~gateway.doors.wire.DoorWire` (error shape, whole body, stream
-events); everything else is here and in the door-neutral core (:mod:`gateway.lifecycle.core`).
+events) and the request as a :class:`~gateway.doors.door_http.DoorHttp` (read by aiohttp's
+server or by the lean door's own connections); everything else is here and in the door-neutral core (:mod:`gateway.lifecycle.core`).
 Headers wait for the first token: until then a failure can still move to another backend
 without the client noticing. Then ``Server-Timing`` and ``X-Meridian-Route`` go out with the
 buffered first events, every later event is written as it arrives, and the last thing before
@@ -18,34 +19,20 @@ import orjson
 from aiohttp import web
 
 from gateway.auth.authenticator import authorize
-from gateway.auth.wiring import principal_of
-from gateway.chain.hop import HOP_HEADERS
+from gateway.doors.door_http import AiohttpRequest, DoorHttp
 from gateway.doors.wire import OPENAI_WIRE, DoorWire, StreamCodec
 from gateway.errors import ApiError
-from gateway.http_socket.policy import DOOR, body_too_slow
-from gateway.http_socket.protocol import DoorRequestHandler, head_arrival
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, request_id_from
 from gateway.lifecycle.call import CoreCall
 from gateway.lifecycle.core import Arrival, refused
-from gateway.quota.limiter import QUOTAS
 from gateway.sse import SseEvent, comment
-from gateway.sse_writer import ClientTooSlow, RawOut, SseWriter
-from gateway.state_keys import RELAY
+from gateway.sse_writer import ClientTooSlow, RawOut, SseSink
 from gateway.stream import OpenedStream, StreamBroken
 from gateway.timing import TimingEntry, render
 
 TIMING_COMMENT_PREFIX = "meridian-timing "
 _CLIENT_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
-
-
-def _passed_through(request: web.Request) -> dict[str, str]:
-    headers = {}
-    for name in HOP_HEADERS:  # gateway/chain/hop.py replaces them with this hop's
-        value = request.headers.get(name)
-        if value:
-            headers[name] = value
-    return headers
 
 
 def _response_headers(request_id: str, opened: OpenedStream) -> dict[str, str]:
@@ -59,49 +46,35 @@ def _response_headers(request_id: str, opened: OpenedStream) -> dict[str, str]:
     return headers
 
 
-async def _read_body(request: web.Request) -> bytes:
-    limit = request.app[RELAY].config.limits.max_body_bytes
-    too_large = ApiError(
-        413,
-        f"request body is larger than the {limit}-byte limit",
-        "invalid_request_error",
-        "request_too_large",
-    )
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large
-    try:
-        async with asyncio.timeout(request.app[RELAY].config.door.body_timeout_s):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise too_large from None
-    except TimeoutError:
-        request.app[DOOR].metrics.timeouts.labels("body").inc()
-        if isinstance(request.protocol, DoorRequestHandler):
-            request.protocol.linger_briefly()
-        raise body_too_slow(request.app[RELAY].config.door.body_timeout_s) from None
-
-
 async def serve(
     request: web.Request, endpoint: Endpoint, wire: DoorWire = OPENAI_WIRE
 ) -> web.StreamResponse:
-    received_at = head_arrival(request)  # the head's read, before aiohttp and the middlewares
-    relay = request.app[RELAY]
-    quotas = request.app[QUOTAS]
-    request_id = request_id_from(request.headers.get("X-Request-Id"))
+    """The aiohttp handler's side of :func:`run`."""
+    return await run(AiohttpRequest(request), endpoint, wire) or _client_left()
+
+
+async def run(
+    http: DoorHttp, endpoint: Endpoint, wire: DoorWire = OPENAI_WIRE
+) -> web.StreamResponse | None:
+    """One request through the core: the response to send, or None when the answer was
+    streamed to the client (or the client left before it)."""
+    received_at = http.received_at
+    relay, quotas = http.relay, http.quotas
+    request_id = request_id_from(http.header("X-Request-Id"))
     try:
-        principal = principal_of(request)
+        principal = http.principal()
         arrival = Arrival(
             "http",
             endpoint,
-            await _read_body(request),
+            await http.read_body(),
             request_id,
             principal.tenant,  # from the key (gateway/auth), never a client header
             received_at,
-            peer=request.remote,
-            forwarded_for=request.headers.getall("X-Forwarded-For", None),
-            headers=request.headers,
+            peer=http.remote,
+            forwarded_for=http.header_all("X-Forwarded-For"),
+            headers=http.headers(),
             key_id=principal.key_id,
-            forward=_passed_through(request),
+            forward=http.passed_through(),
         )
     except (ApiError, ImpossibleState) as exc:  # before the core: no key, a bad or slow body
         refusal = exc if isinstance(exc, ApiError) else internal_error(request_id, "http", exc)
@@ -113,12 +86,12 @@ async def serve(
         quotas.admit(principal.key_id, principal.tenant, parsed.profile.prompt_tokens)  # 429
 
     call = CoreCall(relay, arrival, check)
-    writer: SseWriter | None = None
+    writer: SseSink | None = None
     try:  # whatever happens from here, the call is closed (released, counted) once
         try:
             inbound = call.accept()
             if inbound.stream and relay.config.streams.early_headers != "never":
-                writer = SseWriter(request, relay.config.streams)
+                writer = http.sse()
                 await _open_keeping_alive(call, writer, request_id)
             else:
                 await call.open()
@@ -126,16 +99,16 @@ async def serve(
             if isinstance(exc, ImpossibleState) and call.started:
                 raise  # the door's own, after the open finished: ended as internal below
             error = exc if isinstance(exc, ApiError) else call.impossible(exc)
-            if writer is not None and (response := writer.response) is not None:
-                return await _error_after_headers(writer, response, wire.stream_error(error))
+            if writer is not None and writer.started:
+                return await _error_after_headers(writer, wire.stream_error(error))
             return _refusal(wire, error, request_id)
-        return await _answer(request, call, writer, wire)
+        return await _answer(http, call, writer, wire)
     except ImpossibleState as exc:
         if call.started:
             call.exchange.internal()
         error = internal_error(request_id, "http", exc)
-        if writer is not None and (response := writer.response) is not None:
-            return await _error_after_headers(writer, response, wire.stream_error(error))
+        if writer is not None and writer.started:
+            return await _error_after_headers(writer, wire.stream_error(error))
         return _refusal(wire, error, request_id)
     finally:
         call.close()
@@ -159,8 +132,8 @@ def _refusal(wire: DoorWire, error: ApiError, request_id: str) -> web.Response:
 
 
 async def _answer(
-    request: web.Request, call: CoreCall, writer: SseWriter | None, wire: DoorWire
-) -> web.StreamResponse:
+    http: DoorHttp, call: CoreCall, writer: SseSink | None, wire: DoorWire
+) -> web.StreamResponse | None:
     """The opened call, as one body or as a stream."""
     inbound, opened = call.exchange.inbound, call.opened
     request_id = inbound.request_id
@@ -169,12 +142,12 @@ async def _answer(
         return _whole_body(
             request_id, opened, wire.whole_body(inbound, opened, opened.exchange.body or b"")
         )
-    writer = writer or SseWriter(request, request.app[RELAY].config.streams)
-    await _relay_stream(request, writer, request_id, call, wire.codec(inbound, opened))
-    return writer.response or _client_left()
+    writer = writer or http.sse()
+    await _relay_stream(http, writer, request_id, call, wire.codec(inbound, opened))
+    return writer.reply()
 
 
-async def _open_keeping_alive(call: CoreCall, writer: SseWriter, request_id: str) -> OpenedStream:
+async def _open_keeping_alive(call: CoreCall, writer: SseSink, request_id: str) -> OpenedStream:
     """Open while sending SSE comment keepalives; the headers go out early (operator's choice).
     If the door fails (the client left) after the open finished, the caller's ``call.close()``
     ends the request like any other: released, counted."""
@@ -207,14 +180,11 @@ def _client_left() -> web.Response:
     return web.Response(status=499)
 
 
-async def _error_after_headers(
-    writer: SseWriter, response: web.StreamResponse, event: bytes
-) -> web.StreamResponse:
+async def _error_after_headers(writer: SseSink, event: bytes) -> web.StreamResponse | None:
     """Every attempt failed after early headers committed a 200: the error is an event."""
     with contextlib.suppress(*_CLIENT_GONE, ClientTooSlow, ImpossibleState):
-        await writer.write(event)
-        await response.write_eof()
-    return response
+        await writer.fail(event)
+    return writer.reply()
 
 
 def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> web.Response:
@@ -234,8 +204,8 @@ def _whole_body(request_id: str, opened: OpenedStream, body: bytes | None) -> we
 
 
 async def _relay_stream(
-    request: web.Request,
-    writer: SseWriter,
+    http: DoorHttp,
+    writer: SseSink,
     request_id: str,
     call: CoreCall,
     codec: StreamCodec,
@@ -243,7 +213,7 @@ async def _relay_stream(
     """Write the call's raw view; tells its exchange how it ended (it stays cancelled if the
     client went away)."""
     exchange, opened = call.exchange, call.opened
-    safety = request.app[RELAY].safety
+    safety = http.relay.safety
     writer.track_upstream(opened.exchange.buffered_bytes)
     safety.stream_started(writer)
     try:
@@ -288,7 +258,7 @@ class _Pusher:
 
     __slots__ = ("_encode", "_push", "_writer")
 
-    def __init__(self, writer: SseWriter, codec: StreamCodec) -> None:
+    def __init__(self, writer: SseSink, codec: StreamCodec) -> None:
         self._writer, self._push = writer, writer.push
         self._encode = None if codec.passes_raw else codec.encode
 

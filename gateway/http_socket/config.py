@@ -33,3 +33,10 @@ class DoorConfig(BaseModel):
         "limit leaves after 128 (each client connection may need an upstream one). The admin "
         "listener is not counted, so /healthz there answers when the caps are hit.",
     )
+    lean: bool = Field(
+        default=True,
+        description="Serve the streaming endpoints' usual requests (a POST over HTTP/1.1 with a "
+        "Content-Length body) on the gateway's own HTTP/1.1 connections instead of aiohttp's "
+        "web server (gateway/lean_door): ~1 ms less added time to first token. Any other "
+        "request, and every request on a TLS listener, is served by aiohttp as before.",
+    )

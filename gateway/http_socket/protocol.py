@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -57,7 +57,7 @@ def error_body(status: int) -> bytes:
 LINGER_S = 2.0
 LINGER_BYTES = 64 * 1024
 
-_TIMEOUT_RESPONSE = (
+TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
     + f"Content-Length: {len(error_body(408))}\r\n\r\n".encode()
     + error_body(408)
@@ -76,15 +76,21 @@ def head_arrival(request: web.BaseRequest) -> float:
 
 
 class HeadTimeoutLinger:
-    """The 408 is written, the write side shut (the client reads the answer, then EOF), and
+    """The 408 (or ``answer``) is written, the write side shut (the client reads the answer, then EOF), and
     what the client still sends is read and dropped until it closes, :data:`LINGER_BYTES` more
     arrive or :data:`LINGER_S` pass; only then is the socket closed, with nothing unread."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        answer: bytes = TIMEOUT_RESPONSE,
+    ) -> None:
         self.transport = transport
         self.left = LINGER_BYTES
         self.timer = loop.call_later(LINGER_S, self.close)
-        transport.write(_TIMEOUT_RESPONSE)
+        if answer:
+            transport.write(answer)
         if transport.can_write_eof():  # TLS cannot half-close: Connection: close says it
             transport.write_eof()
         if not transport.is_reading():  # what is unread must be read, or the close resets
@@ -104,9 +110,18 @@ class DoorRequestHandler(RequestHandler):
     """Adds to aiohttp's handler: connection caps, a deadline for the first request head, and
     error answers that reflect nothing."""
 
-    def __init__(self, manager: web.Server, *, door: DoorPolicy | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        door: DoorPolicy | None = None,
+        admitted_as: str | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(manager, **kwargs)
         self._door = door
+        # Counted in by the lean door before it handed the connection over (gateway/lean_door).
+        self._admitted_as = admitted_as
         self._counted_as: str | None = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._linger: HeadTimeoutLinger | None = None
@@ -127,7 +142,9 @@ class DoorRequestHandler(RequestHandler):
             local_port = int(local[1])
         if local_port in door.exempt_ports:
             return
-        if not door.admit(client, local_port):
+        if self._admitted_as is not None:
+            client = self._admitted_as
+        elif not door.admit(client, local_port):
             self.force_close()  # before a byte is read: the cheapest refusal there is
             return
         self._counted_as = client
@@ -205,12 +222,38 @@ class DoorRequestHandler(RequestHandler):
 
 
 class DoorServer(web.Server):
-    """An aiohttp ``Server`` whose connections are :class:`DoorRequestHandler`."""
+    """An aiohttp ``Server`` whose connections are :class:`DoorRequestHandler`; it also shuts
+    down the lean door's connections (``lean``: gateway/lean_door), which read a listener's
+    streaming requests without it."""
 
     door: DoorPolicy | None = None
+    lean: LeanShutdown | None = None
 
     def __call__(self) -> RequestHandler:
-        return DoorRequestHandler(self, door=self.door, loop=self._loop, **self._kwargs)
+        return self.handler(None)
+
+    def handler(self, admitted_as: str | None) -> DoorRequestHandler:
+        """A connection's handler; ``admitted_as``: already counted in by the lean door."""
+        return DoorRequestHandler(
+            self, door=self.door, admitted_as=admitted_as, loop=self._loop, **self._kwargs
+        )
+
+    def pre_shutdown(self) -> None:
+        super().pre_shutdown()
+        if self.lean is not None:
+            self.lean.pre_shutdown()
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
+        if self.lean is not None:
+            await asyncio.gather(super().shutdown(timeout), self.lean.shutdown(timeout))
+        else:
+            await super().shutdown(timeout)
+
+
+class LeanShutdown(Protocol):
+    def pre_shutdown(self) -> None: ...
+
+    async def shutdown(self, timeout_s: float | None) -> None: ...
 
 
 class DoorRunner(web.AppRunner):

@@ -11,10 +11,14 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from aiohttp.web_protocol import RequestHandler
 
 from gateway.app import RunningGateway
 from gateway.http_socket import protocol
 from gateway.http_socket.policy import DOOR
+from gateway.http_socket.protocol import DoorServer
+from gateway.lean_door.connection import LeanConnection
+from gateway.lean_door.door import LeanDoor
 from gateway.state_keys import METRICS
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
 from tests.security.auth_support import until
@@ -23,14 +27,20 @@ from tests.servers import EmulatorFactory, GatewayFactory, emulators, gateways
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
 
 
-@pytest.fixture
-async def rig() -> AsyncIterator[tuple[EmulatorFactory, GatewayFactory]]:
+# The factories, and whether the lean door reads the listener (gateway/lean_door) or aiohttp's
+# server does (door.lean: false; a TLS listener): each has the door's timeouts and caps.
+Rig = tuple[EmulatorFactory, GatewayFactory, bool]
+
+
+@pytest.fixture(params=[True, False], ids=["lean", "aiohttp"])
+async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     async with emulators(MODEL, FAST_ENGINE) as emulator, gateways() as gateway:
-        yield emulator, gateway
+        yield emulator, gateway, bool(request.param)
 
 
-async def _gateway(rig: tuple[EmulatorFactory, GatewayFactory], **door: object) -> RunningGateway:
-    emulator, gateway = rig
+async def _gateway(rig: Rig, **door: object) -> RunningGateway:
+    emulator, gateway, lean = rig
+    door.setdefault("lean", lean)
     backend = await emulator("b1")
     return await gateway(config_for({"b1": backend.url}, door=door))
 
@@ -57,7 +67,7 @@ def _timeouts(running: RunningGateway, phase: str) -> float:
 
 
 async def test_slowloris_heads_get_408_and_a_closed_socket(
-    rig: tuple[EmulatorFactory, GatewayFactory],
+    rig: Rig,
 ) -> None:
     running = await _gateway(rig, header_timeout_s=0.5)
     port = running.port
@@ -72,6 +82,14 @@ async def test_slowloris_heads_get_408_and_a_closed_socket(
     assert await _healthz(running.url) == 200
 
 
+def _connections(running: RunningGateway) -> set[RequestHandler | LeanConnection]:
+    """The gateway's open client connections: aiohttp's handlers and the lean door's."""
+    server = running.runner.server
+    assert isinstance(server, DoorServer)
+    lean = server.lean.connections if isinstance(server.lean, LeanDoor) else set()
+    return {*server.connections, *lean}
+
+
 async def _unread_partial_head(
     running: RunningGateway,
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -79,11 +97,10 @@ async def _unread_partial_head(
     deadline fires — what a loop that ran late does (uvloop runs due timers before it polls
     sockets): the gateway stops reading this one connection before the bytes are sent."""
     policy = running.app[DOOR]
-    before = set(running.runner.server.connections) if running.runner.server else set()
+    before = _connections(running)
     reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
     await until(lambda: policy.total == 1)
-    assert running.runner.server is not None
-    [handler] = [h for h in running.runner.server.connections if h not in before]
+    [handler] = [h for h in _connections(running) if h not in before]
     assert handler.transport is not None
     handler.transport.pause_reading()
     writer.write(HEAD + b"X-Slow: 1")
@@ -92,7 +109,7 @@ async def _unread_partial_head(
 
 
 async def test_a_head_left_unread_past_its_deadline_gets_its_408_not_a_reset(
-    rig: tuple[EmulatorFactory, GatewayFactory],
+    rig: Rig,
 ) -> None:
     running = await _gateway(rig, header_timeout_s=0.5)
     reader, writer = await _unread_partial_head(running)
@@ -105,7 +122,7 @@ async def test_a_head_left_unread_past_its_deadline_gets_its_408_not_a_reset(
 
 
 async def test_the_linger_after_a_408_is_bounded_in_bytes_and_time(
-    rig: tuple[EmulatorFactory, GatewayFactory], monkeypatch: pytest.MonkeyPatch
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     running = await _gateway(rig, header_timeout_s=0.5)
     policy = running.app[DOOR]
@@ -129,7 +146,7 @@ async def test_the_linger_after_a_408_is_bounded_in_bytes_and_time(
     assert _timeouts(running, "headers") == 2
 
 
-async def test_slow_body_gets_408(rig: tuple[EmulatorFactory, GatewayFactory]) -> None:
+async def test_slow_body_gets_408(rig: Rig) -> None:
     running = await _gateway(rig, body_timeout_s=0.5)
     reader, writer = await _open(
         running.port,
@@ -144,7 +161,7 @@ async def test_slow_body_gets_408(rig: tuple[EmulatorFactory, GatewayFactory]) -
 
 
 async def test_idle_keepalive_connection_is_closed(
-    rig: tuple[EmulatorFactory, GatewayFactory],
+    rig: Rig,
 ) -> None:
     running = await _gateway(rig, keepalive_timeout_s=0.5)
     reader, writer = await _open(running.port, b"GET /healthz HTTP/1.1\r\nHost: g\r\n\r\n")
@@ -163,7 +180,7 @@ async def test_idle_keepalive_connection_is_closed(
     ],
 )
 async def test_connection_caps_refuse_at_once_while_admin_healthz_answers(
-    rig: tuple[EmulatorFactory, GatewayFactory], door: dict[str, object], reason: str
+    rig: Rig, door: dict[str, object], reason: str
 ) -> None:
     running = await _gateway(rig, **door)
     policy = running.app[DOOR]
