@@ -45,6 +45,8 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gateway/relay.py:_stamp",
             "gateway/relay.py:_learn_first_token",
             "gateway/sse_writer.py:start",
+            "gateway/lean_door/sse.py:start",
+            "gateway/lean_door/sse.py:_first_write",
             "gateway/doors/sse_door.py:_response_headers",
             "gateway/walk.py:timing_entries",
             "aiohttp/web_response.py:prepare",
@@ -95,6 +97,8 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "aiohttp/web_request.py",
             "aiohttp/http_parser.py",
             "aiohttp/web_app.py",
+            "gateway/lean_door/",
+            "gateway/doors/door_http.py",
         ),
     ),
 )

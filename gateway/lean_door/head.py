@@ -19,7 +19,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 MAX_LEAN_HEAD = 8190
 HEAD_END = b"\r\n\r\n"
 _PLAIN_BODY = frozenset({"content-length"})
-_NOT_LEAN = frozenset({"transfer-encoding", "expect", "upgrade"})
+# aiohttp decodes a Content-Encoding body; an upgrade or Expect needs its handling too.
+_NOT_LEAN = frozenset({"transfer-encoding", "expect", "upgrade", "content-encoding"})
 
 
 @dataclass(frozen=True, slots=True)

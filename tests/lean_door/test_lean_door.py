@@ -4,18 +4,21 @@ across the hand-over. Synchronised on the door's own counters, never on time."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import aiohttp
 import openai
+import orjson
 import pytest
 
 from gateway.app import RunningGateway, build_app
+from gateway.http_socket.policy import DOOR
 from gateway.http_socket.protocol import DoorServer
 from gateway.lean_door.routes import LEAN_ROUTES
 from gateway.state_keys import METRICS
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
-from tests.security.auth_support import issue
+from tests.security.auth_support import issue, until
 from tests.servers import EmulatorFactory, GatewayFactory, emulators, gateways
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
@@ -147,3 +150,75 @@ async def test_door_lean_false_serves_every_request_through_aiohttp(
             assert response.status == 200
             assert (await response.read()).rstrip().endswith(b"data: [DONE]")
     assert _lean_served(running) == 0
+
+
+async def _exchange(port: int, data: bytes, *pieces: bytes) -> bytes:
+    """Send ``data`` (then each of ``pieces`` once the one before went out); every byte the
+    gateway answers until it closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for part in (data, *pieces):
+            writer.write(part)
+            await writer.drain()
+        return await reader.read()
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+def _post(path: str, body: bytes, *headers: str, version: str = "1.1") -> bytes:
+    lines = [f"POST {path} HTTP/{version}", "Host: gateway", f"Content-Length: {len(body)}"]
+    lines += headers
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def test_a_body_in_pieces_and_a_pipelined_request_of_another_route(
+    rig: tuple[EmulatorFactory, GatewayFactory],
+) -> None:
+    running = await _gateway(rig)
+    body = orjson.dumps(CHAT)
+    request = _post("/v1/chat/completions", body)
+    head, rest = request[: -len(body)], request[-len(body) :]
+    models = b"GET /v1/models HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n"
+    # The head alone, the body in two reads with the next request (another route) behind it.
+    answer = await _exchange(running.port, head, rest[:7], rest[7:] + models)
+    first, second = answer.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200 ") and b'"chat.completion"' in first
+    assert second.startswith(b"200 ") and b'"object":"list"' in second
+    assert _lean_served(running) == 1 and _handed_over(running, "route") == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "version"),
+    [
+        (("Content-Encoding: identity",), "1.1"),  # aiohttp decodes a coded body
+        ((), "1.0"),
+        (("X-Long: " + "x" * 9000,), "1.1"),  # past aiohttp's line limit: its refusal
+    ],
+    ids=["content-encoding", "http-1.0", "long-header"],
+)
+async def test_unusual_requests_are_aiohttps_to_answer(
+    rig: tuple[EmulatorFactory, GatewayFactory], extra: tuple[str, ...], version: str
+) -> None:
+    running = await _gateway(rig)
+    request = _post("/v1/chat/completions", orjson.dumps(CHAT), *extra, "Connection: close")
+    answer = await _exchange(
+        running.port, request.replace(b"HTTP/1.1", f"HTTP/{version}".encode(), 1)
+    )
+    status = int(answer.split(b" ", 2)[1])
+    assert status == (400 if extra and extra[0].startswith("X-Long") else 200)
+    assert b"Server: Python" in answer  # aiohttp's own header: aiohttp answered
+    assert _handed_over(running, "request") == 1 and _lean_served(running) == 0
+
+
+async def test_a_refusal_before_a_body_that_never_comes_closes_the_connection(
+    rig: tuple[EmulatorFactory, GatewayFactory],
+) -> None:
+    good = issue("acme")
+    running = await _gateway(rig, auth={"mode": "keys", "keys": [good.entry]})
+    head = _post("/v1/chat/completions", b"", "Authorization: Bearer wrong")
+    head = head.replace(b"Content-Length: 0", b"Content-Length: 1000")
+    answer = await _exchange(running.port, head + b'{"model": ')  # 990 bytes never sent
+    assert answer.startswith(b"HTTP/1.1 401 ") and b"Connection: close\r\n" in answer
+    assert answer.count(b"HTTP/1.1") == 1  # and the EOF: the rest is not read as a request
+    await until(lambda: running.app[DOOR].total == 0)
