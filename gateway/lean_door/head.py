@@ -17,6 +17,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 # aiohttp's limit for one header line (max_line_size / max_field_size): a head this long may
 # hold a line aiohttp would refuse, so it goes there to be refused in aiohttp's words.
 MAX_LEAN_HEAD = 8190
+MAX_LEAN_HEADERS = 128  # aiohttp's max_headers: more is its 400
 HEAD_END = b"\r\n\r\n"
 _PLAIN_BODY = frozenset({"content-length"})
 # aiohttp decodes a Content-Encoding body; an upgrade or Expect needs its handling too.
@@ -64,6 +65,8 @@ def parse_head(raw: bytes) -> Head | None:
     except httptools.HttpParserError:
         return None
     if not found.done or parser.get_http_version() != "1.1":
+        return None
+    if len(found.fields) > MAX_LEAN_HEADERS:
         return None
     headers: CIMultiDict[str] = CIMultiDict()
     length = 0
