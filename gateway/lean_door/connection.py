@@ -216,7 +216,12 @@ class LeanConnection(asyncio.Protocol):
         finally:
             self.task = None
             self._body_ready = None
-        self._answered(request, response)
+        try:
+            self._answered(request, response)
+        except Exception:  # an answer that cannot be written (ImpossibleState): cut off
+            log.exception("could not answer %s %s", head.method, head.path)
+            if (transport := self.live_transport()) is not None:
+                transport.abort()
 
     def _authenticate(self, head: Head) -> Principal | web.Response:
         """The auth gate's decision (``gateway.auth.wiring.auth_gate``): a principal or a 401."""
