@@ -1,11 +1,13 @@
 """Meridian beside the proxies people use today, in one run anyone can repeat.
 
     python -m loadtests.bench_peers [--concurrency 1 32] [--requests 200] [--rounds 2]
-        [--peers meridian litellm nginx python-relay aiohttp-relay] [--litellm-version 1.108.7]
+        [--peers meridian meridian-aiohttp litellm nginx python-relay aiohttp-relay]
+        [--litellm-version 1.108.7]
         [--out DIR] [--meridian-src NAME=DIR ...]
 
 One emulated backend (TTFT 20 ms, 32 tokens at 5 ms), one streaming load generator, and in front
-of the backend: nothing (direct), Meridian (``meridian serve``, one worker), the LiteLLM proxy
+of the backend: nothing (direct), Meridian (``meridian serve``, one worker; meridian-aiohttp:
+the same with ``door.lean: false``, its requests read by aiohttp's server), the LiteLLM proxy
 (installed into a virtual environment of its own by this script, one worker, latency-based
 routing), nginx (Debian's; a byte relay with buffering off: the floor), python-relay
 (``loadtests/python_relay.py``: the same byte relay in Python on uvloop, the floor of a relay
@@ -91,6 +93,9 @@ async def _peers(
         config = {"backends": [{**backend, "models": [MODEL], "max_connections": 4096}]}
         if "meridian" in wanted:
             found["meridian"] = await stack.enter_async_context(gateway(config, 1))
+        if "meridian-aiohttp" in wanted:  # the same code, its HTTP door on aiohttp's server
+            aiohttp_door = {**config, "door": {"lean": False}}
+            found["meridian-aiohttp"] = await stack.enter_async_context(gateway(aiohttp_door, 1))
         for name, src in args.meridian_src:
             env = {**os.environ, "PYTHONPATH": str(src)}
             found[f"meridian@{name}"] = await stack.enter_async_context(gateway(config, 1, env))
@@ -164,7 +169,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def format_table(rows: list[PeerSide]) -> str:
     head = (
-        f"{'':<14}{'conc':>5}{'err':>5}{'+TTFT p50':>11}{'+TTFT p99':>11}{'+ITL p99':>10}"
+        f"{'':<18}{'conc':>5}{'err':>5}{'+TTFT p50':>11}{'+TTFT p99':>11}{'+ITL p99':>10}"
         f"{'thru/direct':>13}{'CPU us/event':>14}{'TTFT p50 / litellm':>20}{'CPU / nginx':>13}"
     )
     lines = [head, "-" * len(head)]
@@ -174,7 +179,7 @@ def format_table(rows: list[PeerSide]) -> str:
         litellm = level["litellm"].added_ttft_p50_ms if "litellm" in level and not direct else None
         nginx = level["nginx"].cpu_us_per_event if "nginx" in level else None
         lines.append(
-            f"{row.peer:<14}{row.concurrency:>5}{row.side.errors:>5}"
+            f"{row.peer:<18}{row.concurrency:>5}{row.side.errors:>5}"
             f"{fmt(row.added_ttft_p50_ms):>11}{fmt(row.added_ttft_p99_ms):>11}"
             f"{fmt(row.added_itl_p99_ms):>10}{row.throughput_vs_direct:>12.3f}x"
             f"{fmt(row.cpu_us_per_event, 1):>14}"
