@@ -35,6 +35,8 @@ def _restart_only(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         changed.append("listen")
     if old.limits.max_body_bytes != new.limits.max_body_bytes:
         changed.append("limits.max_body_bytes")
+    if old.door.lean != new.door.lean:  # the listener's protocol is chosen when it starts
+        changed.append("door.lean")
     if getattr(old, "state", None) != getattr(new, "state", None):
         changed.append("state")
     return changed
@@ -173,7 +175,8 @@ def _keep_restart_only(old: GatewayConfig, new: GatewayConfig) -> GatewayConfig:
         return new
     log.warning("config reload: %s change(s) need a restart; keeping the running values", changed)
     limits = new.limits.model_copy(update={"max_body_bytes": old.limits.max_body_bytes})
-    update: dict[str, object] = {"listen": old.listen, "limits": limits}
+    door = new.door.model_copy(update={"lean": old.door.lean})
+    update: dict[str, object] = {"listen": old.listen, "limits": limits, "door": door}
     if hasattr(old, "state"):
         update["state"] = old.state
     return new.model_copy(update=update)

@@ -285,7 +285,7 @@ class LeanConnection(asyncio.Protocol):
                 self.transport.resume_reading()
             self._body_wanted = length
             self._body_ready = self._loop.create_future()
-            timeout_s = self.door.policy.config.body_timeout_s
+            timeout_s = self.door.relay.config.door.body_timeout_s  # a reload's, as aiohttp's
             try:
                 async with asyncio.timeout(timeout_s):
                     await self._body_ready

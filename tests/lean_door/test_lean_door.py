@@ -16,6 +16,7 @@ from gateway.app import RunningGateway, build_app
 from gateway.http_socket.policy import DOOR
 from gateway.http_socket.protocol import DoorServer
 from gateway.lean_door.routes import LEAN_ROUTES
+from gateway.reload import _keep_restart_only
 from gateway.state_keys import METRICS
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
 from tests.security.auth_support import issue, until
@@ -225,3 +226,13 @@ async def test_a_refusal_before_a_body_that_never_comes_closes_the_connection(
     assert answer.startswith(b"HTTP/1.1 401 ") and b"Connection: close\r\n" in answer
     assert answer.count(b"HTTP/1.1") == 1  # and the EOF: the rest is not read as a request
     await until(lambda: running.app[DOOR].total == 0)
+
+
+def test_a_reload_keeps_the_running_door_and_takes_its_timeouts() -> None:
+    urls = {"b1": "http://127.0.0.1:9"}
+    running = config_for(urls, door={"lean": True, "body_timeout_s": 30})
+    reloaded = _keep_restart_only(
+        running, config_for(urls, door={"lean": False, "body_timeout_s": 5})
+    )
+    assert reloaded.door.lean is True  # the listener's protocol was chosen when it started
+    assert reloaded.door.body_timeout_s == 5  # read per request, by both doors
