@@ -75,6 +75,18 @@ def head_arrival(request: web.BaseRequest) -> float:
     return time.perf_counter()
 
 
+def connection_ends(transport: asyncio.BaseTransport) -> tuple[str, int | str | None]:
+    """The client's address ("unix" on a Unix socket) and the local port (or socket path) a
+    connection came in on: what the connection caps count and the admin ports exempt."""
+    peer = transport.get_extra_info("peername")
+    local = transport.get_extra_info("sockname")
+    client = str(peer[0]) if isinstance(peer, tuple) else "unix"
+    local_port: int | str | None = local if isinstance(local, str) else None
+    if isinstance(local, tuple) and len(local) >= 2:
+        local_port = int(local[1])
+    return client, local_port
+
+
 class HeadTimeoutLinger:
     """The 408 (or ``answer``) is written, the write side shut (the client reads the answer, then EOF), and
     what the client still sends is read and dropped until it closes, :data:`LINGER_BYTES` more
@@ -134,12 +146,7 @@ class DoorRequestHandler(RequestHandler):
         door = self._door
         if door is None:
             return
-        peer = transport.get_extra_info("peername")
-        local = transport.get_extra_info("sockname")
-        client = str(peer[0]) if isinstance(peer, tuple) else "unix"
-        local_port: int | str | None = local if isinstance(local, str) else None
-        if isinstance(local, tuple) and len(local) >= 2:
-            local_port = int(local[1])
+        client, local_port = connection_ends(transport)
         if local_port in door.exempt_ports:
             return
         if self._admitted_as is not None:

@@ -31,7 +31,7 @@ from gateway.doors.sse_door import run
 from gateway.doors.wire import DoorWire
 from gateway.errors import ApiError
 from gateway.http_socket.policy import body_too_slow
-from gateway.http_socket.protocol import TIMEOUT_RESPONSE, HeadTimeoutLinger
+from gateway.http_socket.protocol import TIMEOUT_RESPONSE, HeadTimeoutLinger, connection_ends
 from gateway.inbound import Endpoint
 from gateway.lean_door.door import LeanDoor
 from gateway.lean_door.head import HEAD_END, MAX_LEAN_HEAD, Head, parse_head
@@ -77,13 +77,8 @@ class LeanConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's is not one
-        peer = transport.get_extra_info("peername")
-        local = transport.get_extra_info("sockname")
-        client = str(peer[0]) if isinstance(peer, tuple) else "unix"
-        self.peer_host = client if isinstance(peer, tuple) else None
-        local_port: int | str | None = local if isinstance(local, str) else None
-        if isinstance(local, tuple) and len(local) >= 2:
-            local_port = int(local[1])
+        client, local_port = connection_ends(transport)
+        self.peer_host = None if client == "unix" else client
         policy = self.door.policy
         if local_port in policy.exempt_ports:  # the admin listener: aiohttp's, from the start
             self._hand_over("admin_listener")
