@@ -122,7 +122,7 @@ async def run_attempt(
                 return failed(ctx, hold, await _status_failure(name, response), response)
             spec = state.specs[name]
             route = RouteInfo(
-                name, spec.region, spec.kind.value, attempt, candidate.predicted_ttft_ms
+                name, spec.region, spec.kind._value_, attempt, candidate.predicted_ttft_ms
             )
             exchange = UpstreamExchange(
                 response,
@@ -180,7 +180,7 @@ def _record_first_token(
             *hop,
         ]
     )
-    ctx.metrics.upstream_attempts.labels(name, "ok").inc()
+    ctx.metrics.upstream_attempts_of[name, "ok"].inc()
 
 
 async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> AttemptFailure | None:
@@ -245,7 +245,7 @@ def failed(
 ) -> AttemptFailure:
     """An attempt failed before its first token: counted, and its hold ended with what the
     router learns from it (nothing from an unserved API)."""
-    ctx.metrics.upstream_attempts.labels(failure.backend, failure.kind).inc()
+    ctx.metrics.upstream_attempts_of[failure.backend, failure.kind].inc()
     _close(response)
     observation = None
     if failure.kind != "unserved":

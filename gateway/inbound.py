@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -153,7 +153,9 @@ def parse_inbound(
         payload, "max_tokens"
     )
 
-    door = door_body(endpoint.value)  # another door's body, seen as chat or completions
+    # ``_value_``, the member's plain string: ``.value`` is two Python calls (enum's property).
+    api = endpoint._value_
+    door = door_body(api)  # another door's body, seen as chat or completions
     chat_form = False  # whether that form is what chat-only backends are sent (Messages)
     if door is not None:
         payload, chat_form = door(payload)
@@ -167,13 +169,13 @@ def parse_inbound(
     client_model = model
     if isinstance(known_models, ModelNames):
         model = known_models.public[model]
-        if not known_models.offers(model, endpoint.value):
+        if not known_models.offers(model, api):
             raise api_not_served(model, endpoint.path)
         payload["model"] = model  # the profile (prefix hashes, routing key) uses the public name
     chat_body = orjson.dumps(payload) if chat_form else None
     make_profile = profile_from_chat if "messages" in payload else profile_from_completion
     try:
-        profile = replace(make_profile(payload, tenant, origin, block_tokens), api=endpoint.value)
+        profile = make_profile(payload, tenant, origin, block_tokens, api=api)
     except RoutingError as exc:
         raise bad_request(exc.message) from None
     if isinstance(known_models, ModelNames):

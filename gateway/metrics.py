@@ -5,7 +5,12 @@ config, never from client input, and no prompt text ever becomes a label.
 
 from __future__ import annotations
 
+from typing import Any, Generic, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 
 LATENCY_BUCKETS = (
     0.005,
@@ -37,6 +42,22 @@ ROUTE_LABELS = ("model", "region", "backend", "door")
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
+class LabelledChildren(dict[Any, _Metric], Generic[_Metric]):
+    """A labelled metric's children by their label values (a string, or a tuple of them): a
+    hit is one dict lookup in C, where ``labels()`` is three Python calls. Only for labels
+    bounded by the config (backend names, outcomes): a child is kept for the process's life,
+    as prometheus_client keeps it (nothing here removes one)."""
+
+    def __init__(self, metric: _Metric) -> None:
+        super().__init__()
+        self.metric = metric
+
+    def __missing__(self, key: Any) -> _Metric:
+        child: _Metric = self.metric.labels(*key if isinstance(key, tuple) else (key,))
+        self[key] = child
+        return child
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -56,6 +77,10 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "meridian_upstream_in_flight", "Open upstream requests.", ["backend"], registry=r
         )
+        # The children the request path counts on, looked up once (LabelledChildren).
+        self.requests_of = LabelledChildren(self.requests)
+        self.upstream_attempts_of = LabelledChildren(self.upstream_attempts)
+        self.in_flight_of = LabelledChildren(self.in_flight)
         self.ttft = Histogram(
             "meridian_ttft_seconds",
             "Time to first token of a stream as seen by the gateway (arrival to first token).",

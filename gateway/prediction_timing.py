@@ -37,7 +37,7 @@ def _ttft_entries(opened: OpenedStream) -> list[TimingEntry]:
     if predicted is None:
         return []
     terms = opened.predicted_terms_ms
-    desc = " ".join(f"{name}={value:.1f}" for name, value in terms.items() if value)
+    desc = " ".join([f"{name}={value:.1f}" for name, value in terms.items() if value])
     entries = [TimingEntry("predicted_ttft", predicted, desc or None)]
     cold = terms.get("cold_start", 0.0)
     if cold > 0:

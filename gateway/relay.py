@@ -256,7 +256,9 @@ class Relay:
         ttft_ms = (now - inbound.received_at) * 1000.0
         upstream_ms = (now - walk.records[0].started_at) * 1000.0
         gw_ms = max(0.0, ttft_ms - upstream_ms)
-        opened.route = replace(opened.route, attempts=walk.launched, hedges=walk.hedges)
+        route, launched = opened.route, walk.launched
+        if route.attempts != launched or route.hedges != walk.hedges:  # else it says so already
+            opened.route = replace(route, attempts=launched, hedges=walk.hedges)
         opened.entries[:0] = [TimingEntry("gw", gw_ms), TimingEntry("route", route_ms, policy)]
         insert_after(opened.entries, "upstream_ttfb", TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))

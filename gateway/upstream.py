@@ -94,7 +94,8 @@ class UpstreamClient:
         """The whole request in one buffer: the fixed block, what this request adds (a name
         the fixed block has is taken from ``extra``), the length and the body."""
         fixed = self._fixed_block
-        if extra and any(name.title() in self._fixed for name in extra):
+        # One set comprehension, not a generator resumed per header (each resumption is a call).
+        if extra and not self._fixed.keys().isdisjoint({name.title() for name in extra}):
             merged = {**self._fixed}
             for name, value in extra.items():
                 key = name.title() if name.title() in self._fixed else name

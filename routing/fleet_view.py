@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import compress
 from operator import is_not
-from typing import TypeVar, cast
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -34,10 +34,6 @@ _STATE_COLUMNS = (
     "others_requests", "others_in_flight",
 )  # fmt: skip
 _STATE_MASKS = ("healthy", "circuit_open", "has_metrics", "rtt_measured")
-
-
-def _opt(value: float | None) -> float:
-    return _NAN if value is None else float(value)
 
 
 class FleetView:
@@ -106,7 +102,7 @@ class FleetView:
         # Gateway-kind backends only: what the remote reports per model, and since when.
         self.downstream_ttft: list[Mapping[str, float] | None] = [None] * size
         self.downstream_as_of = np.full(size, _NAN)
-        self.memo: dict[Hashable, object] = {}
+        self.memo: dict[Hashable, Any] = {}  # read back as its builder's type (``remember``)
         self.version = 0
         # Counts the refreshes that moved a row's health, circuit or ejection (``healthy``,
         # ``circuit_open``, ``ejected_until``): what a per-version cache of those waits for.
@@ -121,10 +117,12 @@ class FleetView:
     def remember(self, key: Hashable, build: Callable[[], T]) -> T:
         """Cache for things that depend only on the layout (names and specs) and ``key``. A
         key is built by one caller only (it names what it holds), so the value is ``build``'s
-        type: a cast, not a runtime check on the decision path."""
+        type: an annotation, not a runtime check (nor ``typing.cast``, a Python call) on the
+        decision path."""
         if key not in self.memo:
             self.memo[key] = build()
-        return cast(T, self.memo[key])
+        value: T = self.memo[key]
+        return value
 
     def changed_since(self, version: int) -> Sequence[int] | None:
         """Rows rewritten after ``version``; None if that is not known (redo every row)."""
@@ -183,12 +181,15 @@ class FleetView:
         self.ejected_until[row] = -_INF if s.ejected_until is None else s.ejected_until
         self.circuit_open[row] = s.circuit_open
         self.in_flight[row] = s.in_flight
-        self.running[row] = _opt(running)
-        self.waiting[row] = _opt(waiting)
+        # None -> NaN inline, not by a helper: a row is rewritten on every request (the float
+        # columns convert the ints themselves).
+        self.running[row] = _NAN if running is None else running
+        self.waiting[row] = _NAN if waiting is None else waiting
         self.has_metrics[row] = running is not None
         self.running0[row] = 0.0 if running is None else running
         self.waiting0[row] = 0.0 if waiting is None else waiting
-        self.kv_cache_usage[row] = _opt(s.kv_cache_usage)
+        kv_cache_usage = s.kv_cache_usage
+        self.kv_cache_usage[row] = _NAN if kv_cache_usage is None else kv_cache_usage
         self.metrics_as_of[row] = s.as_of if s.metrics_as_of is None else s.metrics_as_of
         rtt = s.rtt_ms
         self.rtt_measured[row] = rtt is not None
@@ -196,7 +197,8 @@ class FleetView:
             rtt = self.fleet.region_rtt_ms.get(s.spec.region, _NAN)
         self.rtt_ms[row] = rtt
         self.rtt_as_of[row] = s.as_of if s.rtt_as_of is None else s.rtt_as_of
-        self.last_traffic_at[row] = _opt(s.last_traffic_at)
+        last_traffic_at = s.last_traffic_at
+        self.last_traffic_at[row] = _NAN if last_traffic_at is None else last_traffic_at
         others = s.others_uncached_per_s
         self.others_uncached[row] = 0.0 if others is None else others
         requests = s.others_requests_per_s

@@ -80,6 +80,6 @@ def breakdown(x: RowInputs) -> Breakdown:
         rtt_rel * rtt, queue_rel * queue, prefill_rel * prefill, step_sd,
         cold_sd, down_sd, x.bias_dev_ms + doubt, 0.2 * overhead,
     )  # fmt: skip
-    sd = math.sqrt(sum(s * s for s in spreads))
+    sd = math.sqrt(sum([s * s for s in spreads]))  # a list: one call, not a resumption each
     ttft = x.ttft_ms
     return Breakdown(ages, spreads, max(ttft + Z90 * sd, ttft * x.ratio_p90))

@@ -58,6 +58,7 @@ def _profile(
     allowed_regions: frozenset[str] | None,
     deadline_s: float | None,
     shared_head: int = 0,
+    api: str | None = None,
 ) -> RequestProfile:
     max_tokens = _max_tokens(body)
     return RequestProfile(
@@ -71,6 +72,7 @@ def _profile(
         deadline_s=deadline_s,
         allowed_regions=allowed_regions,
         block_tokens=block_tokens,
+        api=api,
     )
 
 
@@ -84,8 +86,10 @@ def profile_from_chat(
     long_form_min_tokens: int = DEFAULT_LONG_FORM_MIN_TOKENS,
     allowed_regions: frozenset[str] | None = None,
     deadline_s: float | None = None,
+    api: str | None = None,
 ) -> RequestProfile:
-    """Profile of a ``/v1/chat/completions`` body. ``latency_class`` forces the class."""
+    """Profile of a ``/v1/chat/completions`` body. ``latency_class`` forces the class; ``api``
+    is the door it came in by (:attr:`RequestProfile.api`)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, Mapping) for m in messages):
         raise RoutingError(ErrorKind.BAD_REQUEST, "'messages' must be a list of objects")
@@ -101,6 +105,7 @@ def profile_from_chat(
         allowed_regions,
         deadline_s,
         head,
+        api,
     )
 
 
@@ -114,6 +119,7 @@ def profile_from_completion(
     long_form_min_tokens: int = DEFAULT_LONG_FORM_MIN_TOKENS,
     allowed_regions: frozenset[str] | None = None,
     deadline_s: float | None = None,
+    api: str | None = None,
 ) -> RequestProfile:
     """Profile of a ``/v1/completions`` body (prompt as text, token ids, or a list of them)."""
     if "prompt" not in body:
@@ -129,4 +135,5 @@ def profile_from_completion(
         long_form_min_tokens,
         allowed_regions,
         deadline_s,
+        api=api,
     )

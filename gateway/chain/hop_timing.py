@@ -28,27 +28,34 @@ import orjson
 
 from gateway.chain.hop import HopContext
 from gateway.sse import SseEvent
-from gateway.timing import TimingEntry, label_hop
+from gateway.timing import TimingEntry, hop_prefix
 
 TIMING_COMMENT = b": meridian-timing "
 TIMING_HEADER = "X-Meridian-Timing"  # the same summary on a non-streaming reply
 
 
 def annotate_entries(entries: list[TimingEntry], hop: HopContext, backend: str) -> None:
-    """Add this hop's ``net`` (when the next hop reported its ttft) and ``hop`` entries."""
-    named = {e.name: e.dur_ms for e in entries}
-    position = next((i + 1 for i, e in enumerate(entries) if e.name == "ttft"), len(entries))
+    """Add this hop's ``net`` (when the next hop reported its ttft) and ``hop`` entries, after
+    the first ``ttft`` entry (at the end when there is none). One pass, no call per entry: it
+    runs between the first token in and the first byte out."""
+    label = hop_prefix(backend)  # what gateway.timing.label_hop files the next hop's entries as
+    downstream_name = label + ".ttft"
+    position = upstream = downstream = None
+    for index, entry in enumerate(entries):
+        name = entry.name
+        if name == "ttft":
+            if position is None:
+                position = index + 1
+        elif name == "upstream_ttfb":
+            upstream = entry.dur_ms  # the last of a name counts, as a dict of them would say
+        elif name == downstream_name:
+            downstream = entry.dur_ms
     added = []
-    upstream, downstream = named.get("upstream_ttfb"), named.get(f"{_label(backend)}.ttft")
     if upstream is not None and downstream is not None:
-        added.append(TimingEntry("net", max(0.0, upstream - downstream), _label(backend)))
+        added.append(TimingEntry("net", max(0.0, upstream - downstream), label))
     added.append(TimingEntry("hop", None, f"{hop.gateway_id} {hop.trace.span_id}"))
-    entries[position:position] = added
-
-
-def _label(backend: str) -> str:
-    # The prefix gateway.timing.label_hop gives the next hop's entries.
-    return label_hop([TimingEntry("x")], backend)[0].name[: -len(".x")]
+    at = len(entries) if position is None else position
+    entries[at:at] = added
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,23 +5,23 @@ span (our parent); we forward a ``traceparent`` with the same trace id and our o
 the next hop's parent is us. A missing or malformed header starts a new trace (the spec's rule:
 never propagate what cannot be parsed), and ``tracestate`` travels only with a valid parent.
 
-Parsing is OpenTelemetry's own propagator (``TraceContextTextMapPropagator``) and ids come from
-its SDK's generator, so this hop agrees with every other OpenTelemetry service on what a valid
+Parsing is OpenTelemetry's own propagator (``TraceContextTextMapPropagator``) and ids are drawn
+as its SDK's generator draws them, so this hop agrees with every other OpenTelemetry service on what a valid
 header is; the span this context names is the server span of
 :mod:`gateway.observability.tracing` when tracing is on.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_IDS = RandomIdGenerator()
+_random_bits = random.getrandbits  # what the SDK's RandomIdGenerator draws ids from
 _UNSAMPLED = "00"
 
 
@@ -72,10 +72,13 @@ def parse_traceparent(value: str | None, tracestate: str | None = None) -> Paren
 
 
 def random_hex(nbytes: int) -> str:
-    """A random trace (16 bytes) or span (8 bytes) id, never all zeros (the SDK's generator)."""
-    if nbytes == 16:
-        return trace.format_trace_id(_IDS.generate_trace_id())
-    return trace.format_span_id(_IDS.generate_span_id())
+    """A random trace (16 bytes) or span (8 bytes) id, never all zeros: what the SDK's
+    ``RandomIdGenerator`` and ``format_trace_id`` / ``format_span_id`` give, without their
+    four Python calls on every request's path."""
+    value = _random_bits(nbytes * 8)
+    while not value:  # all zeros is W3C's invalid id
+        value = _random_bits(nbytes * 8)
+    return f"{value:0{nbytes * 2}x}"
 
 
 def child_span(

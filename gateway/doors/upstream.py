@@ -40,13 +40,13 @@ def serves(inbound: InboundRequest, state: RelayState, backend: str) -> bool:
     """Whether ``backend`` can answer this door's request (routing ranks every backend that
     serves the model; the walk skips those without the API)."""
     apis = _apis(state, backend)
-    api = inbound.endpoint.value
+    api = inbound.endpoint._value_  # not ``.value``: enum's property is two Python calls
     return api in apis or (api == "messages" and "chat" in apis)
 
 
 def upstream_call(inbound: InboundRequest, state: RelayState, backend: str) -> UpstreamCall:
     names = state.known_models
-    api = inbound.endpoint.value
+    api = inbound.endpoint._value_  # not ``.value``: enum's property is two Python calls
     if api == "messages" and "messages" not in _apis(state, backend):
         if inbound.chat_body is None:  # parse_inbound translates every Messages body
             raise ImpossibleState("a Messages request without its chat translation")

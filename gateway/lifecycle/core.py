@@ -91,7 +91,7 @@ def forward_headers(arrival: Arrival, inbound: InboundRequest) -> dict[str, str]
 
 def count(relay: Relay, door: str, endpoint: Endpoint, model: str, outcome: str) -> None:
     """``meridian_requests_total``: once per request, whichever way it ended."""
-    relay.metrics.requests.labels(door, endpoint.value, model, outcome).inc()
+    relay.metrics.requests_of[door, endpoint._value_, model, outcome].inc()
 
 
 def refused(

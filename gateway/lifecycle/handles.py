@@ -105,7 +105,7 @@ def hold_upstream(
     name = reservation.backend
     fleet.on_request_start(name)
     fleet.arrivals.sent(name, prompt_tokens)
-    gauge = metrics.in_flight.labels(name)
+    gauge = metrics.in_flight_of[name]
     gauge.inc()
     return UpstreamHold(reservation, fleet, gauge)
 
