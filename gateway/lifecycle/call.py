@@ -102,9 +102,13 @@ class CoreCall:
         try:
             forward = forward_headers(arrival, inbound)
             # A gRPC client's deadline bounds routing and every attempt; after the first token
-            # gRPC itself enforces it by cancelling the call. HTTP has none (None: no bound).
-            async with asyncio.timeout(arrival.timeout_s):
+            # gRPC itself enforces it by cancelling the call. HTTP has none (None: no bound,
+            # and no timeout scope: its five Python calls are on every request's first token).
+            if arrival.timeout_s is None:
                 opened = await self.relay.open(inbound, forward, door=arrival.door)
+            else:
+                async with asyncio.timeout(arrival.timeout_s):
+                    opened = await self.relay.open(inbound, forward, door=arrival.door)
         except ApiError as refusal:
             self._refuse(refusal)
             raise
