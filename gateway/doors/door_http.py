@@ -56,12 +56,10 @@ class DoorHttp(ABC):
         """A new SSE response to this request."""
 
     def passed_through(self) -> dict[str, str]:
-        headers = {}
-        for name in HOP_HEADERS:  # gateway/chain/hop.py replaces them with this hop's
-            value = self.header(name)
-            if value:
-                headers[name] = value
-        return headers
+        # gateway/chain/hop.py replaces them with this hop's. One comprehension over the
+        # case-insensitive mapping, not a ``header()`` call per name.
+        headers = self.headers()
+        return {name: value for name in HOP_HEADERS if (value := headers.get(name))}
 
 
 def body_too_large(limit: int) -> ApiError:

@@ -25,7 +25,7 @@ from gateway.errors import ApiError
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, request_id_from
 from gateway.lifecycle.call import CoreCall
-from gateway.lifecycle.core import Arrival, refused
+from gateway.lifecycle.core import Arrival, Exchange, refused
 from gateway.sse import SseEvent, comment
 from gateway.sse_writer import ClientTooSlow, RawOut, SseSink
 from gateway.stream import OpenedStream, StreamBroken
@@ -135,15 +135,16 @@ async def _answer(
     http: DoorHttp, call: CoreCall, writer: SseSink | None, wire: DoorWire
 ) -> web.StreamResponse | None:
     """The opened call, as one body or as a stream."""
-    inbound, opened = call.exchange.inbound, call.opened
+    exchange = call.exchange
+    inbound, opened = exchange.inbound, exchange.opened
     request_id = inbound.request_id
     if not inbound.stream:
-        call.exchange.completed()
+        exchange.completed()
         return _whole_body(
             request_id, opened, wire.whole_body(inbound, opened, opened.exchange.body or b"")
         )
     writer = writer or http.sse()
-    await _relay_stream(http, writer, request_id, call, wire.codec(inbound, opened))
+    await _relay_stream(http, writer, request_id, call, exchange, wire.codec(inbound, opened))
     return writer.reply()
 
 
@@ -208,11 +209,12 @@ async def _relay_stream(
     writer: SseSink,
     request_id: str,
     call: CoreCall,
+    exchange: Exchange,
     codec: StreamCodec,
 ) -> None:
-    """Write the call's raw view; tells its exchange how it ended (it stays cancelled if the
-    client went away)."""
-    exchange, opened = call.exchange, call.opened
+    """Write the call's raw view; tells its ``exchange`` (``call.exchange``) how it ended (it
+    stays cancelled if the client went away)."""
+    opened = exchange.opened
     safety = http.relay.safety
     writer.track_upstream(opened.exchange.buffered_bytes)
     safety.stream_started(writer)

@@ -13,7 +13,6 @@ from loadtests.sim import replay_cli
 from loadtests.sim.loop import REJECT_SUFFIX
 from loadtests.sim.markdown import results_page, source_revision
 from loadtests.sim.path_events import reactions
-from loadtests.sim.plots import load_bars, ttft_cdf
 from loadtests.sim.replay_trace import ReplayTrace
 from loadtests.sim.report import comparison_lines, serverless_lines, table, write_json
 from loadtests.sim.results import PolicyRun
@@ -172,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         out / "results.json", scenario.name, meta_json, summaries, comparison, slo and slo[1]
     )
     if not args.no_plots:
+        # Imported here: matplotlib is ~0.4 s of a run's start, which --no-plots never needs.
+        from loadtests.sim.plots import load_bars, ttft_cdf
+
         ttft_cdf(runs, out / "ttft_cdf.png", scenario.name)
         load_bars(summaries, out / "backend_load.png", scenario.name)
     print(f"\nwrote {out}/results.json" + ("" if args.no_plots else " and PNG plots"))
