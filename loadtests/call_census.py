@@ -157,10 +157,15 @@ def summarize(raw: dict[str, Any], requests: int, top: int) -> dict[str, Any]:
     return segments
 
 
-async def _count(requests: int, env: dict[str, str] | None, out: Path) -> None:
+async def count_calls(
+    requests: int, env: dict[str, str] | None, out: Path, warm_up: int = 60
+) -> None:
+    """Count a gateway's calls over ``requests`` streams (after ``warm_up`` more) into
+    ``out`` (the child's raw JSON; :func:`summarize` reads it). ``env``: the gateway's whole
+    environment (another checkout's ``PYTHONPATH``), or None for this checkout."""
     options = BenchOptions(max_connections=1)
     workload = parse_workload(overhead_workload(1, requests))
-    warm = parse_workload(overhead_workload(1, 60))
+    warm = parse_workload(overhead_workload(1, warm_up))
     async with mock_backend(MODEL) as (backend_url, _):
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "gateway.yaml"
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "census.json"
-            asyncio.run(_count(options.requests, env, out))
+            asyncio.run(count_calls(options.requests, env, out))
             sides[name] = summarize(json.loads(out.read_text()), options.requests, options.top)
     print(format_table(sides))
     for side, segments in sides.items():
