@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import orjson
 from aiohttp import web
@@ -223,9 +224,11 @@ async def _relay_stream(
             await writer.write(comment("meridian-route " + opened.route.header()))
         else:
             await writer.start(_response_headers(request_id, opened))
+        # None: the bytes as they came (no call per event, here and in the pusher).
+        encode = None if codec.passes_raw else codec.encode
         # One upstream read -> one write; what flows is written inside the upstream callback
         # (gateway/push_phase.py): only the stream's edges come through this loop.
-        async for batch in call.batches(_Pusher(writer, codec)):
+        async for batch in call.batches(_Pusher(writer, encode)):
             if not batch:  # the push stopped: the client is behind its mark
                 await writer.caught_up()
                 continue
@@ -233,11 +236,11 @@ async def _relay_stream(
             for event in batch:
                 if event is opened.exchange.ended_by:  # [DONE], response.completed, message_stop
                     parts.append(comment(TIMING_COMMENT_PREFIX + _summary_json(opened)))
-                    parts.append(codec.encode(event))
+                    parts.append(event.raw if encode is None else encode(event))
                     await writer.end(b"".join(parts))
                     exchange.completed()
                     return
-                parts.append(codec.encode(event))
+                parts.append(event.raw if encode is None else encode(event))
             if out := b"".join(parts):
                 await writer.write(out)
         raise StreamBroken("upstream_truncated", "upstream stream ended without its last event")
@@ -260,9 +263,10 @@ class _Pusher:
 
     __slots__ = ("_encode", "_push", "_writer")
 
-    def __init__(self, writer: SseSink, codec: StreamCodec) -> None:
+    def __init__(self, writer: SseSink, encode: Callable[[SseEvent], bytes] | None) -> None:
+        """``encode``: the codec's, or None when it passes the bytes as they came."""
         self._writer, self._push = writer, writer.push
-        self._encode = None if codec.passes_raw else codec.encode
+        self._encode = encode
 
     def ready(self) -> bool:
         return self._writer.pushable
