@@ -72,6 +72,9 @@ class SignalHub(ProbeObserver):
         """``resolver``: backend host names to their pinned addresses (gateway/pinning), for
         every probe, scrape and summary poll."""
         self._targets = {t.name: t for t in targets}
+        # Backends routed on their probe's own RTT (the default policy): asked on every
+        # snapshot, where comparing the pydantic policies is a Python call each.
+        self._rtt_probed = frozenset(name for name, t in self._targets.items() if t.rtt == _PROBED)
         self.chain = chain = chain or ChainConfig()
         self.gateway_id = chain.gateway_id(gateway_region)
         self._shared = shared
@@ -265,9 +268,10 @@ class SignalHub(ProbeObserver):
     ) -> BackendState:
         state = self._measured(name, health, probe, now)
         state = state if self._shared is None else self._shared.merge(state, now)
-        policy = self._targets[name].rtt
+        if name in self._rtt_probed:
+            return state
         region_rtt = self._configured_region_rtt.get(state.spec.region)
-        return state if policy == _PROBED else routed_rtt(state, policy, region_rtt, now)
+        return routed_rtt(state, self._targets[name].rtt, region_rtt, now)
 
     def _measured(
         self, name: str, health: HealthView, probe: ProbeSummary | None, now: float
@@ -305,7 +309,7 @@ class SignalHub(ProbeObserver):
             target = self._targets[name]
             region = target.spec.region
             healthy = self._remote_active.get(name, summary.active_healthy)
-            if rtt is not None and healthy and target.rtt == _PROBED:  # the probe's own RTT
+            if rtt is not None and healthy and name in self._rtt_probed:  # the probe's own RTT
                 measured[region] = min(measured.get(region, rtt), rtt)
         return {**self._configured_region_rtt, **measured}
 
