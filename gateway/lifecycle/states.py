@@ -117,6 +117,16 @@ class Transition:
     release: frozenset[Resource]
 
 
+# Every transition's record, built once: it follows from the table and HOLDS alone, and a
+# request makes four or more, each on its way to its first token.
+_RECORDS: dict[tuple[State, Event], Transition] = {
+    (before, event): Transition(
+        before, event, after, HOLDS[after] - HOLDS[before], HOLDS[before] - HOLDS[after]
+    )
+    for (before, event), after in TRANSITIONS.items()
+}
+
+
 @dataclass(frozen=True, slots=True)
 class InvalidTransition:
     """An event the state does not accept: the caller logs it (with the request id) and ends
@@ -145,9 +155,10 @@ class Lifecycle:
         return HOLDS[self.state]
 
     def handle(self, event: Event) -> Transition | InvalidTransition:
-        after = TRANSITIONS.get((self.state, event))
-        if after is None:
+        record = _RECORDS.get((self.state, event))
+        if record is None:
             return InvalidTransition(self.state, event, "no such transition")
+        after = record.after
         if event is Event.ATTEMPT_FAILED and self.live_attempts == 0:
             return InvalidTransition(self.state, event, "no attempt is live")
         if (
@@ -162,8 +173,8 @@ class Lifecycle:
             self.live_attempts -= 1
         elif after is not State.AWAITING_FIRST_TOKEN:
             self.live_attempts = 0  # the winner streams on; every other attempt is cancelled
-        before, held = self.state, HOLDS[self.state]
+        before = self.state
         self.state = after
         if after in TERMINAL:
             self.ended_from = before
-        return Transition(before, event, after, HOLDS[after] - held, held - HOLDS[after])
+        return record
