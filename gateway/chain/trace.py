@@ -6,8 +6,8 @@ the next hop's parent is us. A missing or malformed header starts a new trace (t
 never propagate what cannot be parsed), and ``tracestate`` travels only with a valid parent.
 
 Parsing is OpenTelemetry's own propagator (``TraceContextTextMapPropagator``) and ids are drawn
-as its SDK's generator draws them, so this hop agrees with every other OpenTelemetry service on what a valid
-header is; the span this context names is the server span of
+as its SDK's generator draws them, so this hop agrees with every other OpenTelemetry service on
+what a valid header is; the span this context names is the server span of
 :mod:`gateway.observability.tracing` when tracing is on.
 """
 
