@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 _TERMINATOR = b"0\r\n\r\n"
 
 
+class _Written:
+    """The bytes a response wrote (``OutputCount``, for the push sink). An object of its own:
+    a sink counting into itself would be its own referent, a cycle that kept the whole
+    request (its exchange, upstream response, transport) for the collector."""
+
+    __slots__ = ("output_size",)
+
+    def __init__(self) -> None:
+        self.output_size = 0
+
+
 class LeanSse(SseSink):
     def __init__(self, connection: LeanConnection, config: StreamsConfig) -> None:
         super().__init__(config)
@@ -28,7 +39,7 @@ class LeanSse(SseSink):
         self._head: bytes | None = None  # the head, until the first write takes it along
         self._started = False
         self.ended = False  # the terminator went out
-        self.output_size = 0  # bytes written (``OutputCount``, for the push sink)
+        self._written = _Written()
 
     @property
     def started(self) -> bool:
@@ -71,7 +82,7 @@ class LeanSse(SseSink):
         return transport
 
     def _send(self, transport: asyncio.Transport, data: bytes) -> None:
-        self.output_size += len(data)
+        self._written.output_size += len(data)
         transport.write(data)
 
     async def _first_write(self, data: bytes) -> asyncio.Transport:
@@ -81,7 +92,7 @@ class LeanSse(SseSink):
         frame = b"%x\r\n%b\r\n" % (len(data), data) if data else b""
         self._send(transport, (self._head or b"") + frame)
         self._head = None
-        self._raw, self._chunked = transport, self
+        self._raw, self._chunked = transport, self._written
         return transport
 
     async def end(self, last: bytes) -> None:
