@@ -72,8 +72,7 @@ class SignalHub(ProbeObserver):
         """``resolver``: backend host names to their pinned addresses (gateway/pinning), for
         every probe, scrape and summary poll."""
         self._targets = {t.name: t for t in targets}
-        # Backends routed on their probe's own RTT (the default policy): asked on every
-        # snapshot, where comparing the pydantic policies is a Python call each.
+        # On their probe's own RTT (the default): asked per snapshot, where == is pydantic's.
         self._rtt_probed = frozenset(name for name, t in self._targets.items() if t.rtt == _PROBED)
         self.chain = chain = chain or ChainConfig()
         self.gateway_id = chain.gateway_id(gateway_region)
@@ -268,10 +267,9 @@ class SignalHub(ProbeObserver):
     ) -> BackendState:
         state = self._measured(name, health, probe, now)
         state = state if self._shared is None else self._shared.merge(state, now)
-        if name in self._rtt_probed:
-            return state
         region_rtt = self._configured_region_rtt.get(state.spec.region)
-        return routed_rtt(state, self._targets[name].rtt, region_rtt, now)
+        probed = name in self._rtt_probed
+        return state if probed else routed_rtt(state, self._targets[name].rtt, region_rtt, now)
 
     def _measured(
         self, name: str, health: HealthView, probe: ProbeSummary | None, now: float
