@@ -3,12 +3,13 @@ not a timing, so the same code gives the same figure on a quiet host and a busy 
 
     python -m loadtests.call_census [--requests 100] [--top 0] [--src NAME=DIR ...]
 
-At concurrency 1 on this VM each wake-up starts on cold caches, and the added TTFT follows the
-work the first-token path does (``docs/results/profile-c1.md``): a byte relay in Python adds
-~0.2 ms, Meridian ~2 ms. Timings cannot resolve a 10% change of that on a shared host in one
-run; a census of the calls can. Three processes as in ``profile_c1``: the mock backend, the
-gateway (``meridian serve``, lean door, one worker) started through this module's ``--child``
-mode, which counts calls with ``sys.setprofile`` between SIGUSR1 and SIGUSR2, and this load
+At concurrency 1 on this VM a byte relay in Python adds ~0.2 ms, Meridian ~2 ms
+(``docs/results/profile-c1.md``). Timings cannot resolve a 10% change of that on a shared host
+in one run; a census of the calls says how much work the path does (whether time follows it is
+measured apart: docs/results/perf-issue16.md, "Session 21"). Three processes as in
+``profile_c1``: the mock backend, the gateway (``meridian serve``, lean door, one worker)
+started through this file's ``_child``, which counts calls with ``sys.setprofile`` between
+SIGUSR1 and SIGUSR2, and this load
 generator (closed loop, one stream at a time, after a warm-up). Each call is filed under the
 segment the request is in when it starts:
 
@@ -36,12 +37,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import yaml
-
 from loadtests.bench.overhead_setup import MODEL, one_backend_config, overhead_workload, src_env
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
-from loadtests.processes import _process, _readline, mock_backend
+from loadtests.processes import gateway, mock_backend
 from loadtests.results_file import write_results
 
 SEGMENTS = {
@@ -166,29 +165,25 @@ async def count_calls(
     options = BenchOptions(max_connections=1)
     workload = parse_workload(overhead_workload(1, requests))
     warm = parse_workload(overhead_workload(1, warm_up))
+    # This file by its path, so a checkout without it can be counted too.
+    child = (
+        "import importlib.util, sys; "
+        f"spec = importlib.util.spec_from_file_location('_census', {__file__!r}); "
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
+        "sys.exit(module._child(sys.argv[1], sys.argv[2:]))"
+    )
+    launcher = [sys.executable, "-c", child, str(out)]
+    env = env or {**os.environ, "PYTHONPATH": _HERE}
     async with mock_backend(MODEL) as (backend_url, _):
-        with tempfile.TemporaryDirectory() as tmp:
-            config = Path(tmp) / "gateway.yaml"
-            config.write_text(yaml.safe_dump(one_backend_config("census", backend_url)))
-            # This file by its path, so a checkout without it can be counted too.
-            child = (
-                "import importlib.util, sys; "
-                f"spec = importlib.util.spec_from_file_location('_census', {__file__!r}); "
-                "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
-                "sys.exit(module._child(sys.argv[1], sys.argv[2:]))"
-            )
-            argv = [sys.executable, "-c", child, str(out), "serve", "--config", str(config)]
-            argv += ["--port", "0", "--workers", "1"]
-            async with _process(argv, env or {**os.environ, "PYTHONPATH": _HERE}) as process:
-                url = (await _readline(process)).decode().split()[-1]
-                await _readline(process)  # the admin listener's line
-                await run_bench(url, warm, options)
-                process.send_signal(signal.SIGUSR1)
-                result = await run_bench(url, workload, options)
-                if len(result.records) != requests or any(r.error for r in result.records):
-                    raise SystemExit("a counted request failed: the census would be wrong")
-                process.send_signal(signal.SIGUSR2)
-                await _written(out)
+        config = one_backend_config("census", backend_url)
+        async with gateway(config, 1, env, launcher) as (url, pid):
+            await run_bench(url, warm, options)
+            os.kill(pid, signal.SIGUSR1)
+            result = await run_bench(url, workload, options)
+            if len(result.records) != requests or any(r.error for r in result.records):
+                raise SystemExit("a counted request failed: the census would be wrong")
+            os.kill(pid, signal.SIGUSR2)
+            await _written(out)
 
 
 def _dumped(out: Path) -> bool:

@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,15 +116,21 @@ ADMIN_URLS: dict[str, str] = {}
 
 @contextlib.asynccontextmanager
 async def gateway(
-    config: Mapping[str, Any], workers: int = 1, env: Mapping[str, str] | None = None
+    config: Mapping[str, Any],
+    workers: int = 1,
+    env: Mapping[str, str] | None = None,
+    launcher: Sequence[str] | None = None,
 ) -> AsyncIterator[tuple[str, int]]:
     """One ``meridian serve --config`` process on an ephemeral port (``--workers``: a
     supervisor and that many worker processes); yields (base url, pid). ``env``: the process's
-    whole environment (e.g. a ``PYTHONPATH`` that runs another checkout's code)."""
+    whole environment (e.g. a ``PYTHONPATH`` that runs another checkout's code). ``launcher``:
+    the argv that runs ``meridian`` (default ``python -m gateway.cli``), e.g. one that counts
+    the gateway's calls first (``loadtests/call_census.py``)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "gateway.yaml"
         path.write_text(yaml.safe_dump(dict(config)))
-        argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", "0"]
+        argv = list(launcher or [sys.executable, "-m", "gateway.cli"])
+        argv += ["serve", "--config", str(path), "--port", "0"]
         argv += ["--workers", str(workers)]
         async with _process(argv, env) as process:
             line = (await _readline(process)).decode()
