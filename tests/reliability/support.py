@@ -156,10 +156,15 @@ class ServeProcess:
 
 
 @contextlib.asynccontextmanager
-async def serve_process(config_path: Path) -> AsyncIterator[ServeProcess]:
-    """``meridian serve --config`` as a real process; its log goes to a file beside the config."""
+async def serve_process(
+    config_path: Path, launcher: list[str] | None = None
+) -> AsyncIterator[ServeProcess]:
+    """``meridian serve --config`` as a real process; its log goes to a file beside the config.
+    ``launcher``: the argv that runs ``meridian`` (default ``python -m gateway.cli``), e.g. one
+    that arms a probe first (``tests/reliability/gc_probe.py``)."""
     log_path = config_path.with_suffix(".log")
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config_path)]
+    argv = [*(launcher or [sys.executable, "-m", "gateway.cli"]), "serve"]
+    argv += ["--config", str(config_path)]
     argv += ["--workers", "1"]  # the process under test is the gateway itself
     with log_path.open("wb") as log_file:
         process = await asyncio.create_subprocess_exec(
