@@ -1,7 +1,7 @@
 """How many Python calls a streamed request costs the gateway, by segment of its path: a count,
 not a timing, so the same code gives the same figure on a quiet host and a busy one.
 
-    python -m loadtests.call_census [--requests 100] [--top 0] [--src NAME=DIR ...]
+    python -m loadtests.call_census [--requests 100] [--top 0] [--inclusive] [--src NAME=DIR ...]
 
 At concurrency 1 on this VM a byte relay in Python adds ~0.2 ms, Meridian ~2 ms
 (``docs/results/profile-c1.md``). Timings cannot resolve a 10% change of that on a shared host
@@ -21,11 +21,12 @@ segment the request is in when it starts:
   requests (housekeeping included).
 
 ``--src NAME=DIR`` counts another checkout's code (its ``PYTHONPATH``) too, after this one's.
+``--inclusive`` also files every call under each function on the stack when it starts (a call
+tree's inclusive counts: what a step costs with everything it calls), listed with ``--top``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -37,9 +38,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from loadtests.bench.overhead_setup import MODEL, one_backend_config, overhead_workload, src_env
+from loadtests.bench.overhead_setup import MODEL, one_backend_config, overhead_workload
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
+from loadtests.probed_gateway import checkouts, gateway_env, probe_parser, written
+from loadtests.probed_gateway import launcher as probe_launcher
 from loadtests.processes import gateway, mock_backend
 from loadtests.results_file import write_results
 
@@ -49,17 +52,31 @@ SEGMENTS = {
     "C": "rest (events, end, idle)",
 }
 _WAITING = "W"  # the upstream request is out, its answer not yet read (counted as rest)
-_DUMP_TIMEOUT_S = 30.0
-_HERE = str(Path(__file__).resolve().parents[1])
+_INCLUSIVE_ENV = "MERIDIAN_CENSUS_INCLUSIVE"
 
 
 class _Census:
     """The child's counter: calls per (file, function, line) and C calls per segment."""
 
-    def __init__(self) -> None:
+    def __init__(self, inclusive: bool = False) -> None:
         self.segment = "C"
         self.calls: dict[str, Counter[tuple[str, str, int]]] = {s: Counter() for s in SEGMENTS}
         self.c_calls: dict[str, Counter[str]] = {s: Counter() for s in SEGMENTS}
+        self.inclusive: dict[str, Counter[tuple[str, str, int]]] | None = (
+            {s: Counter() for s in SEGMENTS} if inclusive else None
+        )
+
+    def file_on_stack(self, frame: FrameType | None, segment: str) -> None:
+        """One call, counted once under every distinct function on the stack."""
+        assert self.inclusive is not None
+        counts, seen = self.inclusive[segment], set()
+        while frame is not None:
+            code = frame.f_code
+            key = (code.co_filename, code.co_name, code.co_firstlineno)
+            if key not in seen:
+                seen.add(key)
+                counts[key] += 1
+            frame = frame.f_back
 
     def hook(self, frame: FrameType, event: str, arg: Any) -> None:
         code = frame.f_code
@@ -78,9 +95,10 @@ class _Census:
                 and path.endswith("gateway/http_client.py")
             ):
                 segment = self.segment = "B"
-            self.calls["C" if segment == _WAITING else segment][
-                (path, name, code.co_firstlineno)
-            ] += 1
+            segment = "C" if segment == _WAITING else segment
+            self.calls[segment][(path, name, code.co_firstlineno)] += 1
+            if self.inclusive is not None:
+                self.file_on_stack(frame, segment)
         elif event == "return":
             if (
                 segment == "A"
@@ -103,6 +121,8 @@ class _Census:
             calls.clear()
         for c_calls in self.c_calls.values():
             c_calls.clear()
+        for inclusive in (self.inclusive or {}).values():
+            inclusive.clear()
         self.segment = "C"
         sys.setprofile(self.hook)
 
@@ -112,6 +132,9 @@ class _Census:
             s: {
                 "calls": [[list(key), n] for key, n in self.calls[s].items()],
                 "c_calls": sorted(self.c_calls[s].items()),
+                "inclusive": []
+                if self.inclusive is None
+                else [[list(key), n] for key, n in self.inclusive[s].items()],
             }
             for s in SEGMENTS
         }
@@ -119,7 +142,7 @@ class _Census:
 
 
 def _child(out: str, argv: list[str]) -> int:
-    census = _Census()
+    census = _Census(inclusive=bool(os.environ.get(_INCLUSIVE_ENV)))
     signal.signal(signal.SIGUSR1, census.start)
     signal.signal(signal.SIGUSR2, lambda *_: census.dump(out))
     from gateway.cli import main  # after the handlers: the gateway installs its own for others
@@ -143,37 +166,43 @@ def summarize(raw: dict[str, Any], requests: int, top: int) -> dict[str, Any]:
     """Per segment: Python calls and C calls a request, distinct functions, the top callees."""
     segments = {}
     for key, name in SEGMENTS.items():
-        calls: Counter[str] = Counter()
-        for (path, function, line), n in raw[key]["calls"]:
-            calls[f"{_short(path)}:{line}:{function}"] += n
+        calls, inclusive = _by_function(raw[key]["calls"]), _by_function(raw[key]["inclusive"])
         c_calls = sum(n for _, n in raw[key]["c_calls"])
         segments[name] = {
             "python_calls_per_request": sum(calls.values()) / requests,
             "c_calls_per_request": c_calls / requests,
             "distinct_functions": len(calls),
             "top": [[k, n / requests] for k, n in calls.most_common(top)],
+            "inclusive_top": [[k, n / requests] for k, n in inclusive.most_common(top)],
         }
     return segments
 
 
+def _by_function(raw: list[tuple[tuple[str, str, int], int]]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for (path, function, line), n in raw:
+        counts[f"{_short(path)}:{line}:{function}"] += n
+    return counts
+
+
 async def count_calls(
-    requests: int, env: dict[str, str] | None, out: Path, warm_up: int = 60
+    requests: int,
+    env: dict[str, str] | None,
+    out: Path,
+    warm_up: int = 60,
+    inclusive: bool = False,
 ) -> None:
     """Count a gateway's calls over ``requests`` streams (after ``warm_up`` more) into
     ``out`` (the child's raw JSON; :func:`summarize` reads it). ``env``: the gateway's whole
-    environment (another checkout's ``PYTHONPATH``), or None for this checkout."""
+    environment (another checkout's ``PYTHONPATH``), or None for this checkout.
+    ``inclusive``: count each call under every function on its stack too."""
     options = BenchOptions(max_connections=1)
     workload = parse_workload(overhead_workload(1, requests))
     warm = parse_workload(overhead_workload(1, warm_up))
-    # This file by its path, so a checkout without it can be counted too.
-    child = (
-        "import importlib.util, sys; "
-        f"spec = importlib.util.spec_from_file_location('_census', {__file__!r}); "
-        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
-        "sys.exit(module._child(sys.argv[1], sys.argv[2:]))"
-    )
-    launcher = [sys.executable, "-c", child, str(out)]
-    env = env or {**os.environ, "PYTHONPATH": _HERE}
+    launcher = probe_launcher(__file__, out)  # by its path: see loadtests.probed_gateway
+    env = gateway_env(env)
+    if inclusive:
+        env[_INCLUSIVE_ENV] = "1"
     async with mock_backend(MODEL) as (backend_url, _):
         config = one_backend_config("census", backend_url)
         async with gateway(config, 1, env, launcher) as (url, pid):
@@ -183,20 +212,7 @@ async def count_calls(
             if len(result.records) != requests or any(r.error for r in result.records):
                 raise SystemExit("a counted request failed: the census would be wrong")
             os.kill(pid, signal.SIGUSR2)
-            await _written(out)
-
-
-def _dumped(out: Path) -> bool:
-    return out.exists() and out.stat().st_size > 0
-
-
-async def _written(out: Path) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _DUMP_TIMEOUT_S
-    while not _dumped(out):
-        if loop.time() > deadline:
-            raise SystemExit("the gateway did not write its census")
-        await asyncio.sleep(0.05)
+            await written(out, "census")
 
 
 def format_table(sides: dict[str, dict[str, Any]]) -> str:
@@ -215,25 +231,24 @@ def format_table(sides: dict[str, dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = probe_parser(__doc__)
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--top", type=int, default=0, help="list each segment's top N functions")
-    parser.add_argument("--src", action="append", default=[], metavar="NAME=DIR")
-    parser.add_argument("--out", default="loadtests/results")
+    parser.add_argument("--inclusive", action="store_true", help="count call trees too")
     options = parser.parse_args(args)
     sides: dict[str, dict[str, Any]] = {}
-    for name, env in [("this checkout", None)] + [
-        (spec.split("=", 1)[0], src_env(spec.split("=", 1)[1])) for spec in options.src
-    ]:
+    for name, env in checkouts(options.src):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "census.json"
-            asyncio.run(count_calls(options.requests, env, out))
+            asyncio.run(count_calls(options.requests, env, out, inclusive=options.inclusive))
             sides[name] = summarize(json.loads(out.read_text()), options.requests, options.top)
     print(format_table(sides))
     for side, segments in sides.items():
         for name, row in segments.items():
             for function, n in row["top"]:
                 print(f"  {side} / {name}: {n:6.1f}  {function}")
+            for function, n in row["inclusive_top"]:
+                print(f"  {side} / {name}, inclusive: {n:6.1f}  {function}")
     write_results(options.out, "call-census", {"requests": options.requests, "sides": sides})
     return 0
 
