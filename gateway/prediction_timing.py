@@ -6,10 +6,12 @@ headers alone, by a client or a benchmark (``loadtests/bench_fleet_calibration.p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from gateway.objectives import timing_entries as objective_entries
 from gateway.timing import TimingEntry
-from routing.types import Decision
+from routing.types import Decision, RequestProfile
 
 if TYPE_CHECKING:
     from gateway.stream import OpenedStream
@@ -18,7 +20,55 @@ if TYPE_CHECKING:
 def prediction_entries(opened: OpenedStream, decision: Decision) -> list[TimingEntry]:
     """The served backend's predicted TTFT (terms in ``desc``), its cold start when one was
     expected, and its predicted p90."""
-    return _ttft_entries(opened) + p90_entries(decision, opened.route.backend)
+    route = opened.route
+    return _ttft_entries(route.predicted_ttft_ms, opened.predicted_terms_ms) + p90_entries(
+        decision, route.backend
+    )
+
+
+class PreparedEntries:
+    """The entries the first byte out carries that the first token does not decide (what
+    routing predicted for the first choice, the objective's), worked out while the request is
+    upstream: :meth:`prepare` is scheduled before the walk starts, so it runs once the first
+    attempt's request is out and the loop waits for the backend. Without it they were built
+    between the first token in and the first byte out. Another winner (a retry, a hedge), or a
+    first token faster than the loop's next turn, gets them built then, as before."""
+
+    __slots__ = ("_decision", "_first", "_objectives", "_prediction", "_profile")
+
+    def __init__(self, decision: Decision, profile: RequestProfile) -> None:
+        self._decision, self._profile = decision, profile
+        self._first: tuple[str, float | None, Mapping[str, float]] | None = None
+        self._prediction: list[TimingEntry] | None = None
+        self._objectives: list[TimingEntry] | None = None
+
+    def prepare(self) -> None:
+        decision = self._decision
+        self._objectives = objective_entries(decision, self._profile)
+        if decision.ranked:
+            first = decision.ranked[0]
+            predicted, terms = first.predicted_ttft_ms, first.terms_ms
+            self._first = (first.backend, predicted, terms)
+            self._prediction = _ttft_entries(predicted, terms) + p90_entries(
+                decision, first.backend
+            )
+
+    def prediction(self, opened: OpenedStream) -> list[TimingEntry]:
+        """:func:`prediction_entries` of the served backend."""
+        route = opened.route
+        if self._prediction is not None and self._first == (
+            route.backend,
+            route.predicted_ttft_ms,
+            opened.predicted_terms_ms,
+        ):
+            return self._prediction
+        return prediction_entries(opened, self._decision)
+
+    def objectives(self) -> list[TimingEntry]:
+        """The objective's entries (the same whichever backend won)."""
+        if self._objectives is not None:
+            return self._objectives
+        return objective_entries(self._decision, self._profile)
 
 
 def p90_entries(decision: Decision, backend: str) -> list[TimingEntry]:
@@ -30,13 +80,11 @@ def p90_entries(decision: Decision, backend: str) -> list[TimingEntry]:
     return []
 
 
-def _ttft_entries(opened: OpenedStream) -> list[TimingEntry]:
+def _ttft_entries(predicted: float | None, terms: Mapping[str, float]) -> list[TimingEntry]:
     """What routing predicted for the chosen backend, beside what happened: ``predicted_ttft``
     with its terms in ``desc``, and ``cold_start`` on its own when one was expected."""
-    predicted = opened.route.predicted_ttft_ms
     if predicted is None:
         return []
-    terms = opened.predicted_terms_ms
     desc = " ".join([f"{name}={value:.1f}" for name, value in terms.items() if value])
     entries = [TimingEntry("predicted_ttft", predicted, desc or None)]
     cold = terms.get("cold_start", 0.0)

@@ -37,12 +37,11 @@ from gateway.lifecycle.states import Event, State
 from gateway.metrics import GatewayMetrics
 from gateway.model_names import ModelNames
 from gateway.objectives import ObjectiveMetrics
-from gateway.objectives import timing_entries as objective_entries
 from gateway.observability.observer import RequestObserver
 from gateway.observability.record import RequestRecord
 from gateway.placement import UNRESTRICTED
 from gateway.placement import resolve as resolve_placement
-from gateway.prediction_timing import prediction_entries
+from gateway.prediction_timing import PreparedEntries
 from gateway.relay_state import HubMetrics, RelayState
 from gateway.reliability_metrics import ReliabilityMetrics
 from gateway.retry_budget import RetryAfterTable
@@ -166,6 +165,7 @@ class Relay:
                 await held.admit(state.admission, inbound.model, inbound.tenant)
                 record.queue_s = time.perf_counter() - queued_at
                 walk = record.walk = self._route(state, inbound, forward_headers, hop, record)
+                asyncio.get_running_loop().call_soon(walk.prepared.prepare)  # once upstream
                 held.on(Event.ROUTED)
                 walk.events = held.on  # attempts started and failed, hedges included
                 hedging = policy.hedging
@@ -197,7 +197,7 @@ class Relay:
         self._count_extra(walk)
         decision = walk.decision
         self._stamp(opened, walk, number, record.route_ms or 0.0, decision.policy)
-        opened.entries.extend(objective_entries(decision, walk.profile))
+        opened.entries.extend(walk.prepared.objectives())
         opened.hop = hop
         chain.stamp(opened.entries, hop, opened.route.backend)
         return opened
@@ -216,7 +216,8 @@ class Relay:
         profile = self.place(inbound.profile)
         decision, first = decide(state.router, profile, state.fleet.snapshot(), time.monotonic())
         route_ms = record.route_ms = (time.perf_counter() - started) * 1000.0
-        self.metrics.route_decision.observe(route_ms / 1000.0)
+        # Observed once the request is out (the loop's next turn): not before the upstream write.
+        asyncio.get_running_loop().call_soon(self.metrics.route_decision.observe, route_ms / 1e3)
         if decision.explored:  # the exploration budget at work (routing.exploration)
             self.metrics.explorations.labels(decision.ranked[0].backend).inc()
         if not decision.ranked:
@@ -235,9 +236,8 @@ class Relay:
         state.budget.on_request()
         policy = state.policy(inbound.profile.latency_class)
         ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy)
-        return CandidateWalk(
-            ctx, decision, profile, first, state.config.limits.max_attempts, self.retry_after
-        )
+        limit, prepared = state.config.limits.max_attempts, PreparedEntries(decision, profile)
+        return CandidateWalk(ctx, decision, profile, first, limit, self.retry_after, prepared)
 
     def _count_extra(self, walk: CandidateWalk) -> None:
         if walk.launched > 1:
@@ -262,7 +262,7 @@ class Relay:
         opened.entries[:0] = [TimingEntry("gw", gw_ms), TimingEntry("route", route_ms, policy)]
         insert_after(opened.entries, "upstream_ttfb", TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
-        opened.entries.extend(prediction_entries(opened, walk.decision))
+        opened.entries.extend(walk.prepared.prediction(opened))
         name, later = opened.route.backend, opened.after_first_byte  # after the first write
         if opened.upstream_ttfb_ms is not None:
             later.append(partial(self.observed_ttft.record, name, opened.upstream_ttfb_ms))
