@@ -1,7 +1,7 @@
 """Where a streamed request's first token spends its time inside the gateway, by the gateway's
 own clock: microseconds per step of the path, at concurrency 1, p50 / p90 / p99.
 
-    python -m loadtests.first_token_clock [--requests 300] [--rounds 2] [--src NAME=DIR ...]
+    python -m loadtests.first_token_clock [--requests 300] [--rounds 2] [--rate R] [--src NAME=DIR ...]
 
 Client-side added TTFT at c=1 moves by ~20% between runs on a shared VM; the gateway's own
 timestamps, taken at the steps of one request, move far less, so a change of 0.1 ms shows in
@@ -28,7 +28,10 @@ loopback the write runs the receiver's side of TCP, and the receiver it wakes ma
 write to the load client "took" ~0.3 ms that way, the client's own work after its TTFT).
 
 The backend's own time (send -> the read with the first token) is not the gateway's and is left
-out; ``gateway total`` is the sum of the steps. ``--src NAME=DIR`` measures another checkout
+out; ``gateway total`` is the sum of the steps. ``--rate R``: the streams arrive
+at R a second (open loop, Poisson), so the gateway is idle between most of them as under a light
+real load; in the default closed loop the next stream is sent the moment the last one ends, and
+what the gateway does once idle (routing's refresh, ``gateway/relay_state.py``) lands on it. ``--src NAME=DIR`` measures another checkout
 (its ``PYTHONPATH``) in the same run, after this one.
 """
 
@@ -48,7 +51,7 @@ from typing import Any
 
 from loadtests.bench.overhead_setup import MODEL, one_backend_config, overhead_workload
 from loadtests.bench.runner import BenchOptions, run_bench
-from loadtests.bench.workload import parse_workload
+from loadtests.bench.workload import Workload, parse_workload
 from loadtests.probed_gateway import checkouts, gateway_env, probe_parser, written
 from loadtests.probed_gateway import launcher as probe_launcher
 from loadtests.processes import gateway, mock_backend
@@ -209,12 +212,26 @@ def summarize(
     }
 
 
+def _workload(requests: int, rate: float | None) -> Workload:
+    """Streams one at a time (closed loop), or arriving at ``rate`` a second (open loop)."""
+    spec = overhead_workload(1, requests)
+    if rate is not None:
+        spec["arrival"] = {"mode": "open", "rate": rate}
+    return parse_workload(spec)
+
+
 async def measure(
-    requests: int, rounds: int, env: dict[str, str] | None, out: Path, warm_up: int = 50
+    requests: int,
+    rounds: int,
+    env: dict[str, str] | None,
+    out: Path,
+    warm_up: int = 50,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     """One gateway (``env``: another checkout's, or None for this one), stamped over
-    ``rounds`` x ``requests`` streams at c=1, alternating with as many direct ones."""
-    options = BenchOptions(max_connections=1)
+    ``rounds`` x ``requests`` streams, alternating with as many direct ones: one at a time, or
+    arriving at ``rate`` a second."""
+    options = BenchOptions(max_connections=1 if rate is None else 64)
     launcher = probe_launcher(__file__, out)  # by its path: see loadtests.probed_gateway
     env = gateway_env(env)
     direct: list[float] = []
@@ -222,13 +239,11 @@ async def measure(
     async with mock_backend(MODEL) as (backend_url, _):
         config = one_backend_config("clock", backend_url)
         async with gateway(config, 1, env, launcher) as (url, pid):
-            await run_bench(url, parse_workload(overhead_workload(1, warm_up)), options)
+            await run_bench(url, _workload(warm_up, None), options)
             os.kill(pid, signal.SIGUSR1)
             for _ in range(rounds):
                 for target, ttfts in ((backend_url, direct), (url, through)):
-                    result = await run_bench(
-                        target, parse_workload(overhead_workload(1, requests)), options
-                    )
+                    result = await run_bench(target, _workload(requests, rate), options)
                     if any(r.error or r.ttft_s is None for r in result.records):
                         raise SystemExit("a measured request failed")
                     ttfts.extend(r.ttft_s for r in result.records if r.ttft_s is not None)
@@ -266,14 +281,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = probe_parser(__doc__)
     parser.add_argument("--requests", type=int, default=300, help="per side per round")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--rate", type=float, help="open-loop arrivals a second (default: closed loop, c=1)"
+    )
     options = parser.parse_args(args)
     sides: dict[str, dict[str, Any]] = {}
     for name, env in checkouts(options.src):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "stamps.json"
-            sides[name] = asyncio.run(measure(options.requests, options.rounds, env, out))
+            sides[name] = asyncio.run(
+                measure(options.requests, options.rounds, env, out, rate=options.rate)
+            )
     print(format_table(sides))
-    write_results(options.out, "first-token-clock", {"requests": options.requests, "sides": sides})
+    settings = {"requests": options.requests, "rate": options.rate}
+    write_results(options.out, "first-token-clock", {**settings, "sides": sides})
     return 0
 
 
