@@ -9,7 +9,7 @@ one run. Three processes as in ``call_census``: the mock backend, the gateway (`
 serve``, lean door, one worker) started through this file's ``_child``, which wraps the
 functions that mark the steps with a ``perf_counter`` stamp (one extra call each, no profiler),
 and a closed c=1 load that alternates direct and gateway runs (the client-side numbers, for
-reference). The steps:
+reference). With ``--src``, every checkout's gateway runs at once and they take turns. The steps:
 
 - ``door``: the read of the request's head -> the request's task running;
 - ``accept``: auth, the strict parse, geo, the objective (``CoreCall.accept`` returns);
@@ -38,6 +38,7 @@ what the gateway does once idle (routing's refresh, ``gateway/relay_state.py``) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -220,36 +222,54 @@ def _workload(requests: int, rate: float | None) -> Workload:
     return parse_workload(spec)
 
 
+@dataclass
+class _Side:
+    """One checkout's gateway under measurement, and the TTFTs of its runs and their pairs."""
+
+    url: str
+    pid: int
+    out: Path
+    direct: list[float] = field(default_factory=list)
+    through: list[float] = field(default_factory=list)
+
+
 async def measure(
     requests: int,
     rounds: int,
-    env: dict[str, str] | None,
-    out: Path,
+    envs: dict[str, dict[str, str] | None],
+    tmp: Path,
     warm_up: int = 50,
     rate: float | None = None,
-) -> dict[str, Any]:
-    """One gateway (``env``: another checkout's, or None for this one), stamped over
-    ``rounds`` x ``requests`` streams, alternating with as many direct ones: one at a time, or
-    arriving at ``rate`` a second."""
+) -> dict[str, dict[str, Any]]:
+    """A gateway per side (``envs``: name -> another checkout's environment, or None for this
+    one), all running at once; each stamped over ``rounds`` x ``requests`` streams, one at a
+    time or arriving at ``rate`` a second. Sides take turns within a round (their order
+    rotating from round to round), and each side's gateway run comes right after a direct run
+    of its own, so a host that slows down mid-run slows every side alike."""
     options = BenchOptions(max_connections=1 if rate is None else 64)
-    launcher = probe_launcher(__file__, out)  # by its path: see loadtests.probed_gateway
-    env = gateway_env(env)
-    direct: list[float] = []
-    through: list[float] = []
-    async with mock_backend(MODEL) as (backend_url, _):
+    sides: dict[str, _Side] = {}
+    async with mock_backend(MODEL) as (backend_url, _), contextlib.AsyncExitStack() as stack:
         config = one_backend_config("clock", backend_url)
-        async with gateway(config, 1, env, launcher) as (url, pid):
+        for number, (name, env) in enumerate(envs.items()):
+            out = tmp / f"stamps-{number}.json"
+            launcher = probe_launcher(__file__, out)  # by its path: see loadtests.probed_gateway
+            started = gateway(config, 1, gateway_env(env), launcher)
+            url, pid = await stack.enter_async_context(started)
             await run_bench(url, _workload(warm_up, None), options)
             os.kill(pid, signal.SIGUSR1)
-            for _ in range(rounds):
-                for target, ttfts in ((backend_url, direct), (url, through)):
-                    result = await run_bench(target, _workload(requests, rate), options)
-                    if any(r.error or r.ttft_s is None for r in result.records):
-                        raise SystemExit("a measured request failed")
-                    ttfts.extend(r.ttft_s for r in result.records if r.ttft_s is not None)
-            os.kill(pid, signal.SIGUSR2)
-            await written(out, "stamps")
-    return summarize(_stamps(out), direct, through)
+            sides[name] = _Side(url, pid, out)
+        order = list(sides.values())
+        for turn in range(rounds * len(order)):
+            side = order[(turn + turn // len(order)) % len(order)]
+            for target, ttfts in ((backend_url, side.direct), (side.url, side.through)):
+                result = await run_bench(target, _workload(requests, rate), options)
+                if any(r.error or r.ttft_s is None for r in result.records):
+                    raise SystemExit("a measured request failed")
+                ttfts.extend(r.ttft_s for r in result.records if r.ttft_s is not None)
+        for side in order:
+            os.kill(side.pid, signal.SIGUSR2)
+            await written(side.out, "stamps")
+    return {name: summarize(_stamps(s.out), s.direct, s.through) for name, s in sides.items()}
 
 
 def _stamps(out: Path) -> Marks:
@@ -285,13 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         "--rate", type=float, help="open-loop arrivals a second (default: closed loop, c=1)"
     )
     options = parser.parse_args(args)
-    sides: dict[str, dict[str, Any]] = {}
-    for name, env in checkouts(options.src):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "stamps.json"
-            sides[name] = asyncio.run(
-                measure(options.requests, options.rounds, env, out, rate=options.rate)
-            )
+    envs = dict(checkouts(options.src))
+    with tempfile.TemporaryDirectory() as tmp:
+        run = measure(options.requests, options.rounds, envs, Path(tmp), rate=options.rate)
+        sides = asyncio.run(run)
     print(format_table(sides))
     settings = {"requests": options.requests, "rate": options.rate}
     write_results(options.out, "first-token-clock", {**settings, "sides": sides})

@@ -25,7 +25,8 @@ def launcher(probe_file: str, out: Path) -> list[str]:
     child = (
         "import importlib.util, sys; "
         f"spec = importlib.util.spec_from_file_location('_probe', {probe_file!r}); "
-        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
+        "module = sys.modules['_probe'] = importlib.util.module_from_spec(spec); "
+        "spec.loader.exec_module(module); "
         "sys.exit(module._child(sys.argv[1], sys.argv[2:]))"
     )
     return [sys.executable, "-c", child, str(out)]
