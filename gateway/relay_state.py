@@ -10,7 +10,6 @@ retired state's own parts (removed backends' pools, an old hub) are closed once 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -60,11 +59,6 @@ def upstream_read_bufsize(config: GatewayConfig) -> int:
     return config.streams.buffer_bytes // 4
 
 
-# How long the gateway stays idle before it readies routing for the next request: longer than
-# a client takes to send its next request after an answer's end (~0.5 ms here), far shorter than
-# the gaps of a light load.
-IDLE_REFRESH_S = 0.005
-
 HubFactory = Callable[[GatewayConfig, CollectorRegistry], SignalHub]
 RouterWrapper = Callable[[PolicyRouter], PolicyRouter]
 
@@ -103,7 +97,6 @@ class RelayState:
     policies: Mapping[LatencyClass, ClassPolicy] = field(default_factory=dict)
     active: int = 0  # requests that started on this state and have not finished
     _idle: asyncio.Event | None = None
-    _refresh_due: asyncio.TimerHandle | None = None  # routing's refresh, once idle a while
 
     def policy(self, latency_class: LatencyClass) -> ClassPolicy:
         return self.policies[latency_class]
@@ -113,26 +106,8 @@ class RelayState:
 
     def leave(self) -> None:
         self.active -= 1
-        if self.active <= 0:
-            if self._idle is not None:
-                self._idle.set()
-            elif self._refresh_due is None:  # idle, and not retiring
-                loop = asyncio.get_running_loop()
-                self._refresh_due = loop.call_later(IDLE_REFRESH_S, self._refresh_routing)
-
-    def _refresh_routing(self) -> None:
-        """Bring routing's view of the fleet and its learned rows up to date while nothing
-        runs, so that the next request's decision does not rebuild them between its arrival
-        and its upstream write (~60 Python calls at concurrency 1, where every request's own
-        end changes its backend's row). Only after :data:`IDLE_REFRESH_S` of quiet: a request
-        sent the moment the last one ended (a closed loop) would wait for the refresh instead
-        (measured: docs/results/perf-issue16.md, session 22). Under load: nothing extra."""
-        self._refresh_due = None
-        if self.active > 0 or self._idle is not None:  # busy again, or retiring since
-            return
-        refresh = getattr(self.router, "refresh", None)
-        if callable(refresh):
-            refresh(self.fleet.snapshot(), time.monotonic())
+        if self.active <= 0 and self._idle is not None:
+            self._idle.set()
 
     async def wait_idle(self) -> None:
         """Until every request that started on this state has finished."""

@@ -9,7 +9,7 @@ one run. Three processes as in ``call_census``: the mock backend, the gateway (`
 serve``, lean door, one worker) started through this file's ``_child``, which wraps the
 functions that mark the steps with a ``perf_counter`` stamp (one extra call each, no profiler),
 and a closed c=1 load that alternates direct and gateway runs (the client-side numbers, for
-reference). With ``--src``, every checkout's gateway runs at once and they take turns. The steps:
+reference). The steps:
 
 - ``door``: the read of the request's head -> the request's task running;
 - ``accept``: auth, the strict parse, geo, the objective (``CoreCall.accept`` returns);
@@ -28,11 +28,11 @@ loopback the write runs the receiver's side of TCP, and the receiver it wakes ma
 write to the load client "took" ~0.3 ms that way, the client's own work after its TTFT).
 
 The backend's own time (send -> the read with the first token) is not the gateway's and is left
-out; ``gateway total`` is the sum of the steps. ``--rate R``: the streams arrive
-at R a second (open loop, Poisson), so the gateway is idle between most of them as under a light
-real load; in the default closed loop the next stream is sent the moment the last one ends, and
-what the gateway does once idle (routing's refresh, ``gateway/relay_state.py``) lands on it. ``--src NAME=DIR`` measures another checkout
-(its ``PYTHONPATH``) in the same run, after this one.
+out; ``gateway total`` is the sum of the steps. ``--rate R``: the streams arrive at R a second
+(open loop, Poisson), so the gateway is idle between most of them as under a light real load; in
+the default closed loop the next stream is sent the moment the last one ends. ``--src NAME=DIR``
+measures another checkout (its ``PYTHONPATH``) in the same run: every side's gateway runs at
+once, and they take turns within each round.
 """
 
 from __future__ import annotations

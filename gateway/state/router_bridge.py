@@ -98,11 +98,6 @@ class SharedPrefixRouter:
             return False
         return bool(observe(fleet, backend, at, ttft_ms, prompt_tokens, cold_start))
 
-    def refresh(self, fleet: FleetSnapshot, now: float) -> None:
-        refresh = getattr(self.inner, "refresh", None)
-        if callable(refresh):
-            refresh(fleet, now)
-
     def warm_up(self, fleet: FleetSnapshot, now: float) -> tuple[str, ...]:
         warm_up = getattr(self.inner, "warm_up", None)
         return tuple(warm_up(fleet, now)) if callable(warm_up) else ()

@@ -24,7 +24,6 @@ from routing.pipeline.scoring import (
     PeerLearner,
     PrefixKeeper,
     Prewarmer,
-    Refresher,
     ScoreContext,
     Scorer,
 )
@@ -55,7 +54,6 @@ class PipelineRouter:
         self._prefix_keeper = scorer if isinstance(scorer, PrefixKeeper) else None
         self._peer_learner = scorer if isinstance(scorer, PeerLearner) else None
         self._prewarmer = scorer if isinstance(scorer, Prewarmer) else None
-        self._refresher = scorer if isinstance(scorer, Refresher) else None
         self.picker = picker
         self.max_ranked = max_ranked
         self.ledger = InFlightLedger(inflight_ttl_s)
@@ -178,18 +176,6 @@ class PipelineRouter:
         if self._prefix_keeper is not None:
             return self._prefix_keeper.purge_step(now, max_scan)
         return PurgeProgress(0, 0, True, 0)
-
-    def refresh(self, fleet: FleetSnapshot, now: float) -> None:
-        """Bring the view of ``fleet``, the load and the scorer's rows up to date without
-        deciding. The gateway calls it when it goes idle: the next decision then finds them
-        fresh instead of rebuilding them between a request's arrival and its upstream write
-        (a decision made after it is the decision made without it)."""
-        if now > self._latest:
-            self._latest = now
-        view = self._views.get(fleet)
-        self.load.bind(view, now)
-        if self._refresher is not None:
-            self._refresher.refresh(view, self.load, now)
 
     def warm_up(self, fleet: FleetSnapshot, now: float) -> tuple[str, ...]:
         """Backends the caller should send a one-token warm-up request to now (the policy's

@@ -93,14 +93,6 @@ class PeerLearner(Protocol):
 
 
 @runtime_checkable
-class Refresher(Protocol):
-    """A scorer whose per-row state (learned columns, row terms) follows the view and can be
-    brought up to date apart from a decision (``PipelineRouter.refresh``)."""
-
-    def refresh(self, view: FleetView, load: LoadColumns, now: float) -> None: ...
-
-
-@runtime_checkable
 class Prewarmer(Protocol):
     """A scorer that keeps part of the serverless pool warm (routing.prewarm)."""
 

@@ -1,7 +1,8 @@
 """Meridian's policy: the lowest predicted TTFT (or end-to-end time for long-form requests).
 
 Prefix affinity is not a rule here but a term: cached tokens shorten the prefill term, so a
-warm but overloaded backend can lose to a cold idle one."""
+warm but overloaded backend can lose to a cold idle one.
+"""
 
 from __future__ import annotations
 
@@ -130,8 +131,7 @@ class PredictedTTFTScorer:
         self._view: FleetView | None = None
         self._load: LoadColumns | None = None
 
-    def refresh(self, view: FleetView, load: LoadColumns, now: float) -> None:
-        """What every decision does first; also apart, idle (``PipelineRouter.refresh``)."""
+    def _sync(self, view: FleetView, load: LoadColumns, now: float) -> None:
         self._view, self._load = view, load
         load.expire(now)
         self.learner.decay(now)
@@ -144,7 +144,7 @@ class PredictedTTFTScorer:
     def warm_up(self, view: FleetView, load: LoadColumns, now: float) -> tuple[str, ...]:
         if self.prewarm.share <= 0.0:
             return ()
-        self.refresh(view, load, now)
+        self._sync(view, load, now)
         rt = self.row_terms
         rows = warm_up_rows(view, rt, self.prewarm, now)
         for row in rows:
@@ -155,7 +155,7 @@ class PredictedTTFTScorer:
 
     def score(self, ctx: ScoreContext) -> Scores:
         view = ctx.view
-        self.refresh(view, ctx.load, ctx.now)
+        self._sync(view, ctx.load, ctx.now)
         cached = cached_rows(self.index, view, ctx.profile, ctx.now)
         pred = predict(
             view, ctx.rows, ctx.profile, ctx.now, cached, ctx.load, self.learned, self.row_terms
@@ -199,7 +199,7 @@ class PredictedTTFTScorer:
         load: LoadColumns,
     ) -> RowScores:
         """``score`` for a few rows with Python floats (routing.policies.scalar_ttft)."""
-        self.refresh(view, load, now)
+        self._sync(view, load, now)
         cached = cached_rows(self.index, view, profile, now)
         rt = self.row_terms
         preds = predict_rows(view, rows, profile, now, cached, load, self.learned, rt)

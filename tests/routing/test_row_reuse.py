@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routing.policies import build_router
-from routing.types import BackendKind
-from tests.routing.router_ops import apply, decision, moved
+from routing.types import BackendKind, FleetSnapshot, Observation, built_from
 from tests.routing.routing_fixtures import array_attributes, fleet, profile, state
 
 NOW = 100.0
@@ -69,6 +68,17 @@ def _changed(old: Any, kind: str, value: int, now: float) -> Any:
     return dataclasses.replace(old, running=value, as_of=now)
 
 
+def _decision(router: Any, snapshot: FleetSnapshot, now: float, k: int) -> str:
+    prof = profile(prompt_tokens=40 + 90 * (k % 4), prefix_hashes=tuple(range(k % 3)))
+    decision = router.decide(prof, snapshot, now)
+    seen = [
+        (c.backend, c.score, c.predicted_ttft_ms, c.predicted_ttft_p90_ms, dict(c.terms_ms),
+         dict(c.term_age_s), dict(c.term_spread_ms), c.reason)
+        for c in decision.ranked
+    ]  # fmt: skip
+    return repr([seen, decision.rejected, decision.omitted, decision.explored])
+
+
 def _columns(router: Any) -> dict[str, bytes]:
     rt = router.scorer.row_terms
     out = {name: v.tobytes() for name, v in array_attributes(rt)}
@@ -97,12 +107,21 @@ def test_skipping_unmoved_rows_decides_bit_for_bit_as_recomputing_them(
         now += 0.05
         name = names[i % len(names)]
         if kind in {"in_flight", "scrape", "shift", "others"}:
-            snapshot = moved(snapshot, states, name, _changed(states[name], kind, value, now))
+            states[name] = _changed(states[name], kind, value, now)
+            previous = snapshot
+            snapshot = dataclasses.replace(previous, backends=dict(states))
+            built_from(snapshot, previous, [name])
         if kind == "wait":
             now += value / 100.0
         for router in (reusing, every_row):
-            apply(router, kind, name, value, now, snapshot)
-        assert decision(reusing, snapshot, now, k) == decision(every_row, snapshot, now, k)
+            if kind == "release":
+                router.release(name)
+            elif kind == "observe":
+                router.observe(Observation(name, now, ok=True, ttft_ms=float(value), itl_ms=9.0,
+                                           output_tokens=8))  # fmt: skip
+            elif kind == "warm_up":
+                router.warm_up(snapshot, now)
+        assert _decision(reusing, snapshot, now, k) == _decision(every_row, snapshot, now, k)
         assert _columns(reusing) == _columns(every_row)
 
 
@@ -118,7 +137,11 @@ def test_a_released_choice_and_an_in_flight_count_alone_are_not_recomputed() -> 
     for name, in_flight, reused in (("a", 7, 1), ("b", 4, 0)):
         router.release(router.decide(profile(prompt_tokens=100), snapshot, NOW).chosen.backend)
         rt.reused = 0
-        changed = dataclasses.replace(snapshot.backends[name], in_flight=in_flight)
-        snapshot = moved(snapshot, dict(snapshot.backends), name, changed)
-        router.scorer.refresh(router._views.get(snapshot), router.load, NOW)
+        moved = dataclasses.replace(snapshot.backends[name], in_flight=in_flight)
+        following = built_from(
+            dataclasses.replace(snapshot, backends={**snapshot.backends, name: moved}),
+            snapshot, [name],
+        )  # fmt: skip
+        snapshot = following
+        router.scorer._sync(router._views.get(snapshot), router.load, NOW)
         assert rt.reused >= reused

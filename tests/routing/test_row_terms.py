@@ -85,7 +85,7 @@ def test_rows_at_once_are_the_rows_one_by_one(
     scorer, load = router.scorer, router.load
     view = router._views.get(snapshot)
     load.bind(view, NOW)
-    scorer.refresh(view, load, NOW)
+    scorer._sync(view, load, NOW)
     learned = scorer.learned
     # Learned values off any round grid (so a reordered sum would show in the last bit),
     # queue scales below 1 included (our own reservations then hedge the score).

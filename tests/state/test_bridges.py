@@ -181,20 +181,3 @@ async def test_after_a_reload_the_new_router_learns_and_new_backends_are_probed(
         assert decision.chosen is not None and decision.chosen.cached_tokens == 16 * len(chain)
     finally:
         await anext(lifecycle, None)
-
-
-async def test_a_refresh_reaches_the_wrapped_router(make_sync: SyncFactory) -> None:
-    """The idle gateway's refresh (gateway/relay_state.py) goes through the shared-state
-    wrapper to the policy; a policy without one is left alone."""
-    one, _ = await _pair(make_sync)
-    inner = build_router("predicted_ttft", {}, 1)
-    router = SharedPrefixRouter(inner, one)
-    spec = BackendSpec("a1", "r1", BackendKind.DEDICATED, frozenset({"m"}))
-    snapshot = FleetSnapshot({"a1": BackendState(spec=spec)})
-    router.decide(RequestProfile(model="m"), snapshot, 1.0)
-    router.observe(Observation(backend="a1", at=2.0, ok=True, ttft_ms=40.0))
-    learner = inner.scorer.learner  # type: ignore[attr-defined]
-    assert learner.dirty
-    router.refresh(snapshot, 3.0)
-    assert not learner.dirty
-    SharedPrefixRouter(build_router("round_robin", {}, 1), one).refresh(snapshot, 3.0)
