@@ -77,7 +77,9 @@ def loads_request(body: bytes) -> Any:
         _scan(text, len(text) - len(text.lstrip(_JSON_SPACE)))
     except _Refused as refused:
         raise bad_request(refused.message, code=refused.code) from None
-    except (ValueError, RecursionError):  # orjson accepted it; the scanner's own limits
+    # orjson accepted it; the scanner's own limits (StopIteration: no value where orjson saw
+    # one, which json.loads turned into a ValueError, as this does: never a 500).
+    except (ValueError, RecursionError, StopIteration):
         raise bad_request("request body is not valid JSON", code="invalid_json") from None
     return payload
 
