@@ -53,6 +53,7 @@ from typing import Any
 
 from loadtests.bench.overhead_setup import MODEL, one_backend_config, overhead_workload
 from loadtests.bench.runner import BenchOptions, run_bench
+from loadtests.bench.stats import percentile
 from loadtests.bench.workload import Workload, parse_workload
 from loadtests.probed_gateway import checkouts, gateway_env, probe_parser, written
 from loadtests.probed_gateway import launcher as probe_launcher
@@ -185,9 +186,12 @@ def requests_from(marks: Marks) -> list[dict[str, float]]:
     return [r for r in requests if all(mark in r for _, a, b in STEPS for mark in (a, b))]
 
 
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered)) - 1))]
+def _pct(values: list[float], q: float) -> float:
+    """The bench tools' percentile (``loadtests.bench.stats``) of values known to be there."""
+    value = percentile(values, q)
+    if value is None:
+        raise SystemExit("a side measured nothing")
+    return value
 
 
 def summarize(
@@ -204,12 +208,10 @@ def summarize(
     return {
         "requests": len(requests),
         "steps_us": {
-            step: {f"p{q}": percentile(values, q) for q in (50, 90, 99)}
-            for step, values in steps.items()
+            step: {f"p{q}": _pct(values, q) for q in (50, 90, 99)} for step, values in steps.items()
         },
         "client_added_ttft_ms": {
-            f"p{q}": (percentile(gateway_ttft_s, q) - percentile(direct_ttft_s, q)) * 1e3
-            for q in (50, 99)
+            f"p{q}": (_pct(gateway_ttft_s, q) - _pct(direct_ttft_s, q)) * 1e3 for q in (50, 99)
         },
     }
 
