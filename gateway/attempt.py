@@ -26,11 +26,12 @@ from gateway.errors import ApiError
 from gateway.inbound import InboundRequest
 from gateway.lifecycle.handles import UpstreamHold, hold_upstream
 from gateway.metrics import GatewayMetrics
+from gateway.prediction_timing import PreparedEntries
 from gateway.relay_state import ClassPolicy, RelayState
 from gateway.scrub import connect_words, scrub, status_words
 from gateway.signals.outlier import FailureKind
 from gateway.sse import SseSplitter
-from gateway.stream import OpenedStream, RouteInfo, UpstreamExchange, is_malformed
+from gateway.stream import OpenedStream, RouteInfo, StreamBroken, UpstreamExchange
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming
 from gateway.upstream_response import UpstreamResponse
@@ -78,6 +79,7 @@ class AttemptContext:
     inbound: InboundRequest
     forward_headers: Mapping[str, str]
     policy: ClassPolicy
+    prepared: PreparedEntries  # the first byte's entries, worked out while upstream
 
 
 def retry_after(response: UpstreamResponse) -> float | None:
@@ -111,7 +113,7 @@ async def run_attempt(
     hold = hold_upstream(reservation, state.fleet, ctx.metrics, ctx.inbound.profile.prompt_tokens)
     response: UpstreamResponse | None = None
     first_token_s = ctx.policy.first_token_s
-    asyncio.get_running_loop().call_soon(_prework, candidate)  # runs while the backend works
+    asyncio.get_running_loop().call_soon(ctx.prepared.prepare, candidate)  # while it works
     try:
         async with asyncio.timeout(first_token_s):
             call = upstream_call(ctx.inbound, state, name)  # path, body and wire format
@@ -155,13 +157,6 @@ async def run_attempt(
     return opened
 
 
-def _prework(candidate: Candidate) -> None:
-    """What the first token's bookkeeping reads, worked out while the request is upstream:
-    the candidate's breakdown (its terms go into Server-Timing and learning) is otherwise
-    computed between the first token in and the first byte out (~10-45 us)."""
-    _ = candidate.terms_ms
-
-
 def _record_first_token(
     ctx: AttemptContext,
     opened: OpenedStream,
@@ -198,7 +193,6 @@ async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> At
         return None
     splitter = SseSplitter()
     exchange.splitter = splitter
-    grammar = exchange.grammar
     while True:
         chunk = await exchange.response.content.readany()
         exchange.consumed += len(chunk)
@@ -207,28 +201,23 @@ async def _read_first(exchange: UpstreamExchange, name: str, stream: bool) -> At
         except ValueError as exc:
             return AttemptFailure(name, "malformed", str(exc))
         for event in events:
-            # An engine's first events are a plain token or a role-only chunk: the byte
-            # pre-check answers as the full path would (no error, usage or end; a token or
-            # not) in one call instead of ~15, between the first token in and the byte out.
-            plain = grammar.plain_data(event.data) if event.data is not None else None
-            if plain:
-                exchange.stats.on_token_event(time.perf_counter())
-            elif plain is None:
-                carries, obj = grammar.parse(event)
-                if is_malformed(event, obj):
-                    return AttemptFailure(
-                        name, "malformed", "malformed data event before first token"
-                    )
-                error = grammar.error(obj) if obj is not None else None
-                if error is not None:
-                    log.warning("backend=%s error event: %s", name, scrub(str(error)))
-                    return AttemptFailure(name, "error_event", "backend sent an error event")
-                exchange.note(event, obj, carries)
+            try:  # the byte pre-check first: one call for a plain token or role-only chunk
+                exchange.check(event, ended=False)
+            except StreamBroken as broken:
+                return _broken_first(name, broken)
             exchange.first_events.append(event)
         if exchange.stats.first_token_at is not None or exchange.saw_done:
             return None
         if not chunk:
             return AttemptFailure(name, "empty", "stream ended before the first token")
+
+
+def _broken_first(name: str, broken: StreamBroken) -> AttemptFailure:
+    """An event before the first token that breaks the stream: another backend may answer."""
+    if broken.kind == "upstream_error_event":  # its words were logged, scrubbed, by check
+        log.warning("backend=%s sent an error event before its first token", name)
+        return AttemptFailure(name, "error_event", "backend sent an error event")
+    return AttemptFailure(name, "malformed", "malformed data event before first token")
 
 
 async def _status_failure(name: str, response: UpstreamResponse) -> AttemptFailure:

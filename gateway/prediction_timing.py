@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gateway.objectives import timing_entries as objective_entries
 from gateway.timing import TimingEntry
-from routing.types import Decision, RequestProfile
+from routing.types import Candidate, Decision, RequestProfile
 
 if TYPE_CHECKING:
     from gateway.stream import OpenedStream
@@ -28,11 +28,12 @@ def prediction_entries(opened: OpenedStream, decision: Decision) -> list[TimingE
 
 class PreparedEntries:
     """The entries the first byte out carries that the first token does not decide (what
-    routing predicted for the first choice, the objective's), worked out while the request is
-    upstream: :meth:`prepare` is scheduled before the walk starts, so it runs once the first
-    attempt's request is out and the loop waits for the backend. Without it they were built
-    between the first token in and the first byte out. Another winner (a retry, a hedge), or a
-    first token faster than the loop's next turn, gets them built then, as before."""
+    routing predicted for the first attempt's backend, the objective's), worked out while the
+    request is upstream: each attempt schedules :meth:`prepare` (gateway/attempt.py), which
+    runs once its request is out and the loop waits for the backend. Without it they were
+    built between the first token in and the first byte out. Another winner (a retry, a
+    hedge), or a first token faster than the loop's next turn, gets them built then, as
+    before."""
 
     __slots__ = ("_decision", "_first", "_objectives", "_prediction", "_profile")
 
@@ -42,16 +43,19 @@ class PreparedEntries:
         self._prediction: list[TimingEntry] | None = None
         self._objectives: list[TimingEntry] | None = None
 
-    def prepare(self) -> None:
+    def prepare(self, candidate: Candidate) -> None:
+        """``candidate``'s breakdown (its terms go into Server-Timing and learning, ~10-45 us
+        to work out) for every attempt; the entries for the first."""
+        terms = candidate.terms_ms
+        if self._objectives is not None:
+            return  # a retry or a hedge: its entries are built if it wins
         decision = self._decision
         self._objectives = objective_entries(decision, self._profile)
-        if decision.ranked:
-            first = decision.ranked[0]
-            predicted, terms = first.predicted_ttft_ms, first.terms_ms
-            self._first = (first.backend, predicted, terms)
-            self._prediction = _ttft_entries(predicted, terms) + p90_entries(
-                decision, first.backend
-            )
+        predicted = candidate.predicted_ttft_ms
+        self._first = (candidate.backend, predicted, terms)
+        self._prediction = _ttft_entries(predicted, terms) + p90_entries(
+            decision, candidate.backend
+        )
 
     def prediction(self, opened: OpenedStream) -> list[TimingEntry]:
         """:func:`prediction_entries` of the served backend."""

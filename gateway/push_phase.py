@@ -6,7 +6,7 @@ reader's ``readany`` all resume, only to hand the bytes to ``transport.write`` a
 again. At concurrency 1 that wake, on cold caches, is most of the gateway's CPU per event
 (``docs/results/perf-issue16.md``). Pushed, the body reader hands each read to a
 :class:`PushSink` from inside ``UpstreamConnection.buffer_updated`` (llhttp's ``on_body``):
-split into events, check each (usage, error, malformed: ``UpstreamExchange._check``), frame
+split into events, check each (usage, error, malformed: ``UpstreamExchange.check``), frame
 and write to the client's transport, all synchronously. The handler task sleeps on one future
 for as long as the stream flows.
 
@@ -33,7 +33,7 @@ chunk and writes them to the client's transport itself: :class:`~gateway.sse_wri
 An encoding codec (and a test's recorder) goes through :meth:`Pusher.__call__`. For a
 pass-through codec, a read that is one whole one-line data event with nothing pending before
 it (an engine's usual read at low concurrency) is checked from its data bytes
-(``Grammar.plain_data``) and written as it came: no splitter, no ``SseEvent``, no ``_check``.
+(``Grammar.plain_data``) and written as it came: no splitter, no ``SseEvent``, no ``check``.
 Any other read, and any event the byte pre-check cannot vouch for, goes the general way.
 """
 
@@ -88,7 +88,7 @@ class PushSink:
         self._splitter = splitter
         self._push = push
         self._watch = exchange._watch()  # each read restarts its wait (since, inline)
-        self._check = exchange._check
+        self._check = exchange.check
         self._plain = exchange.grammar.plain_data  # the byte pre-check, before any SseEvent
         self._out: RawOut | None = None  # set by reset(): the push is ready by then
         self.held: list[SseEvent] = []  # events handed back to the task (the stream's end)
@@ -121,7 +121,7 @@ class PushSink:
             and (plain := self._plain(chunk[6:-2] if chunk[5:6] == b" " else chunk[5:-2]))
             is not None
         ):
-            # What the splitter and _check would do with it, inline: the event is the read's
+            # What the splitter and check would do with it, inline: the event is the read's
             # bytes, it needs no SseEvent, and a plain token only counts (no error, usage, end).
             if plain:
                 exchange.stats.on_token_event(now)

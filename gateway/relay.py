@@ -165,7 +165,6 @@ class Relay:
                 await held.admit(state.admission, inbound.model, inbound.tenant)
                 record.queue_s = time.perf_counter() - queued_at
                 walk = record.walk = self._route(state, inbound, forward_headers, hop, record)
-                asyncio.get_running_loop().call_soon(walk.prepared.prepare)  # once upstream
                 held.on(Event.ROUTED)
                 walk.events = held.on  # attempts started and failed, hedges included
                 hedging = policy.hedging
@@ -197,7 +196,7 @@ class Relay:
         self._count_extra(walk)
         decision = walk.decision
         self._stamp(opened, walk, number, record.route_ms or 0.0, decision.policy)
-        opened.entries.extend(walk.prepared.objectives())
+        opened.entries.extend(walk.ctx.prepared.objectives())
         opened.hop = hop
         chain.stamp(opened.entries, hop, opened.route.backend)
         return opened
@@ -235,9 +234,10 @@ class Relay:
             raise refused
         state.budget.on_request()
         policy = state.policy(inbound.profile.latency_class)
-        ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy)
-        limit, prepared = state.config.limits.max_attempts, PreparedEntries(decision, profile)
-        return CandidateWalk(ctx, decision, profile, first, limit, self.retry_after, prepared)
+        prepared = PreparedEntries(decision, profile)
+        ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy, prepared)
+        limit = state.config.limits.max_attempts
+        return CandidateWalk(ctx, decision, profile, first, limit, self.retry_after)
 
     def _count_extra(self, walk: CandidateWalk) -> None:
         if walk.launched > 1:
@@ -262,7 +262,7 @@ class Relay:
         opened.entries[:0] = [TimingEntry("gw", gw_ms), TimingEntry("route", route_ms, policy)]
         insert_after(opened.entries, "upstream_ttfb", TimingEntry("ttft", ttft_ms))
         opened.entries.extend(walk.timing_entries(number, now))
-        opened.entries.extend(walk.prepared.prediction(opened))
+        opened.entries.extend(walk.ctx.prepared.prediction(opened))
         name, later = opened.route.backend, opened.after_first_byte  # after the first write
         if opened.upstream_ttfb_ms is not None:
             later.append(partial(self.observed_ttft.record, name, opened.upstream_ttfb_ms))

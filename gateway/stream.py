@@ -93,7 +93,9 @@ def is_malformed(event: SseEvent, obj: dict[str, Any] | None) -> bool:
 
 
 def upstream_error(message: str) -> str:
-    log.warning("upstream error event mid-stream: %s", scrub(message))
+    """The client's words for an upstream error event; the upstream's own (scrubbed) are
+    logged only."""
+    log.warning("upstream error event: %s", scrub(message))
     return "upstream sent an error mid-stream"
 
 
@@ -212,7 +214,7 @@ class UpstreamExchange:
                 for event in events:
                     if event.data is None and self._took_timing(event):
                         continue  # a comment never ends, breaks or counts in any grammar
-                    self._check(event, ended=not chunk)
+                    self.check(event, ended=not chunk)
                     batch.append(event)
             except StreamBroken:
                 if batch:
@@ -223,8 +225,10 @@ class UpstreamExchange:
             if not chunk and not self.saw_done:
                 raise StreamBroken("upstream_truncated", "upstream stream ended without [DONE]")
 
-    def _check(self, event: SseEvent, *, ended: bool) -> None:
-        """Note one event, or raise what it breaks; most token events need no JSON walk."""
+    def check(self, event: SseEvent, *, ended: bool) -> None:
+        """Note one event, or raise what it breaks; most token events need no JSON walk. Every
+        path takes events through it: the first read (gateway/attempt.py), the pulled batches
+        and the push (gateway/push_phase.py)."""
         data = event.data
         plain = self.grammar.plain_data(data) if data is not None else None
         if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)

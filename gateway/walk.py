@@ -26,7 +26,6 @@ from gateway.config import HedgingConfig
 from gateway.doors.upstream import serves
 from gateway.hedging import ObservedTtft, hedge_delay_s
 from gateway.lifecycle.states import Event
-from gateway.prediction_timing import PreparedEntries
 from gateway.retry_budget import RetryAfterTable
 from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
@@ -53,7 +52,6 @@ class CandidateWalk:
     first: Reservation | None  # decide()'s count on the first choice, until handed out
     max_attempts: int
     retry_after: RetryAfterTable
-    prepared: PreparedEntries  # its first byte's entries, worked out while it is upstream
     records: list[AttemptRecord] = field(default_factory=list)
     outcomes: dict[int, str] = field(default_factory=dict)  # attempt number -> how it ended
     failures: list[AttemptFailure] = field(default_factory=list)

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from gateway.state.config import StateConfig
 from gateway.state.errors import StateError, StateErrorKind, StateUnavailable
