@@ -27,7 +27,7 @@ done_step
 # async-timeout, which the host's newer Python skips: fetch it explicitly.
 step "wheelhouse"
 mkdir -p .cache/wheelhouse
-$BIN/pip wheel --quiet --wheel-dir .cache/wheelhouse . "setuptools>=68" wheel
+$BIN/pip wheel --quiet --wheel-dir .cache/wheelhouse . "setuptools>=77" wheel
 $BIN/pip download --quiet --dest .cache/wheelhouse "async-timeout>=4.0.3"
 rm -f .cache/wheelhouse/meridian_gateway-*.whl
 done_step

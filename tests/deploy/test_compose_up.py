@@ -10,6 +10,7 @@ on local state (their shared state is ``degraded``), which is also what this che
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import time
@@ -34,14 +35,27 @@ REGIONS = ("us-east", "eu-west", "ap-southeast")
 
 
 def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """Ports free now, below the kernel's ephemeral range. A published port is a DNAT rule
+    as well as conmon's socket, and the rule is there while a container starts and stops,
+    when conmon does not hold the port: a test suite beside this one whose port-0 listener
+    got that port then had its own connections redirected to the container and refused
+    (measured: 3,488 refusals in 117,069 connects while a container was started and stopped
+    8 times). The kernel never gives a port-0 socket a port outside this range."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        ephemeral_low = int(ranges.read().split()[0])
+    candidates = list(range(max(1024, ephemeral_low - 8192), ephemeral_low))
+    random.shuffle(candidates)
+    ports: list[int] = []
+    for port in candidates:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise AssertionError(f"no {count} free ports below {ephemeral_low}")
 
 
 def _ready(url: str, bound_s: float = 180.0) -> None:
