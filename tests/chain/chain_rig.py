@@ -4,7 +4,6 @@ with a delay proxy in the test process standing for the distance between regions
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ import orjson
 
 from gateway.timing import TimingEntry, parse
 from tests.acceptance.harness import MERIDIAN, Process, carries_token, start_gateway
+from tests.ports import unclaimed_port
 from tests.servers import hang_bound
 
 MODEL = "chain-model"
@@ -33,10 +33,9 @@ FAST_SIGNALS = {
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port a gateway process binds later (tests/ports.py: none of the kernel's port-0
+    choices can take it meanwhile)."""
+    return unclaimed_port()
 
 
 def start_emulator(logs: Path, region: str, rtt_ms: float) -> tuple[Process, str]:

@@ -10,8 +10,6 @@ on local state (their shared state is ``degraded``), which is also what this che
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +22,7 @@ from openai import OpenAI
 
 from tests.deploy.test_image import IMAGE, podman_env
 from tests.deploy.tools import DEPLOY, run, tool
+from tests.ports import unclaimed_ports
 
 COMPOSE = DEPLOY / "docker" / "compose.yaml"
 PROJECT = "meridian-ci"
@@ -32,30 +31,6 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 REGIONS = ("us-east", "eu-west", "ap-southeast")
-
-
-def _free_ports(count: int) -> list[int]:
-    """Ports free now, below the kernel's ephemeral range. A published port is a DNAT rule
-    as well as conmon's socket, and the rule is there while a container starts and stops,
-    when conmon does not hold the port: a test suite beside this one whose port-0 listener
-    got that port then had its own connections redirected to the container and refused
-    (measured: 3,488 refusals in 117,069 connects while a container was started and stopped
-    8 times). The kernel never gives a port-0 socket a port outside this range."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
-        ephemeral_low = int(ranges.read().split()[0])
-    candidates = list(range(max(1024, ephemeral_low - 8192), ephemeral_low))
-    random.shuffle(candidates)
-    ports: list[int] = []
-    for port in candidates:
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports.append(port)
-        if len(ports) == count:
-            return ports
-    raise AssertionError(f"no {count} free ports below {ephemeral_low}")
 
 
 def _ready(url: str, bound_s: float = 180.0) -> None:
@@ -74,7 +49,7 @@ def _ready(url: str, bound_s: float = 180.0) -> None:
 
 @pytest.fixture(scope="module")
 def topology() -> Iterator[dict[str, str]]:
-    ports = dict(zip(REGIONS, _free_ports(3), strict=True))
+    ports = dict(zip(REGIONS, unclaimed_ports(3), strict=True))
     env = podman_env() | {"MERIDIAN_IMAGE": IMAGE or ""}
     env |= {f"MERIDIAN_PORT_{r.upper().replace('-', '_')}": str(p) for r, p in ports.items()}
     services = [s for s in yaml.safe_load(COMPOSE.read_text())["services"] if "redis" not in s]

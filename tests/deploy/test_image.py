@@ -9,7 +9,6 @@ base) and runs this file with MERIDIAN_IMAGE set; without it these tests skip.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from openai import OpenAI
 
 from tests.bench.emulate_process import emulate
 from tests.deploy.tools import DEPLOY, run, serving, tool
+from tests.ports import unclaimed_port
 
 IMAGE = os.environ.get("MERIDIAN_IMAGE")
 pytestmark = [
@@ -49,16 +49,8 @@ def backend() -> Iterator[str]:
         yield url
 
 
-def _free_port() -> int:
-    """A port free now. The container shares the host's network (CI has no container network
-    plugins), and its health check must know the port before the gateway starts."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_image_serves_a_stream_and_drains_on_sigterm(backend: str, tmp_path: Path) -> None:
-    port = _free_port()
+    port = unclaimed_port()  # the container shares the host's network (no CNI plugins in CI)
     config = {
         "region": "local",
         "listen": {"host": "127.0.0.1", "port": port},
