@@ -28,6 +28,10 @@ otherwise): what runs on a timer then runs as in a gateway, the exploration chec
 (every ``explore_recheck_s``, on most decisions at c=1; with a fixed clock it runs once).
 ``--scalar-max N`` moves the fleet size up to which ``predicted_ttft`` takes its scalar
 (pure-Python) path (0: never; the router's default otherwise), to find where it stops paying.
+The last row of each block size, ``host floor (fixed work)``, is a fixed pure-Python loop
+sized to the decisions' CPU p50 and timed the same way: the p99 this host gives any work of
+that size (on this 2-core VM ~1.4x its p50; the decisions read 1.7-2.0x, 1.5x with the
+collector off). A decision's ``cpu p99/p50`` reads against it.
 ``--src NAME=DIR`` times another checkout's ``routing/`` (e.g. ``git archive main`` unpacked
 in DIR) with this benchmark, as a side of the same run: each round runs every side once, in
 turn, in its own process, and the table gives each side's median over the rounds and its CPU
@@ -215,6 +219,26 @@ def _hash_only(block_tokens: int, iterations: int, seed: int) -> dict[str, float
     return _summary(*samples)
 
 
+def _spin(rounds: int) -> int:
+    total = 0
+    for i in range(rounds):
+        total += i * i
+    return total
+
+
+def _host_floor(target_us: float, iterations: int) -> dict[str, float]:
+    """Fixed pure-Python work sized to ``target_us`` of CPU, timed as the decisions are. Its
+    p99 is what this host gives any work of that size (timer ticks, neighbours on the VM):
+    on this 2-core VM ~1.3-1.6x its p50, with nothing of the decision's in it. A decision's
+    p99 over its p50 reads against this row's."""
+    probe = 2_000
+    _time(lambda: _spin(probe), lambda _: None, 200)
+    unit = statistics.median(_time(lambda: _spin(probe), lambda _: None, 200)[1]) / probe
+    rounds = max(1, round(target_us / unit))
+    _time(lambda: _spin(rounds), lambda _: None, 200)
+    return _summary(*_time(lambda: _spin(rounds), lambda _: None, iterations))
+
+
 GENERIC = ":generic"  # suffix: the policy's router, forced through PipelineRouter._decide
 ALL_POLICIES = (
     "round_robin", "predicted_ttft", "least_loaded", "latency_ewma", "cache_aware", "llm_d",
@@ -237,6 +261,12 @@ def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                     rows.append({"case": policy, "backends": size,
                                  "snapshots": "churn" if churn else "same",
                                  "block_tokens": block_tokens, **timing})  # fmt: skip
+        decided = [
+            r["cpu_p50_us"] for r in rows if r["backends"] and r["block_tokens"] == block_tokens
+        ]
+        floor = _host_floor(statistics.median(decided), args.iterations)
+        rows.append({"case": "host floor (fixed work)", "backends": 0, "snapshots": "-",
+                     "block_tokens": block_tokens, **floor})  # fmt: skip
     return rows
 
 
@@ -336,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["case"] == "round_robin"
     }
     head = f"{'case':<24}{'block':>6}{'backends':>9}{'snapshots':>10}{'p50 us':>9}{'p99 us':>9}"
-    print(head + f"{'p50/rr':>8}{'cpu p50':>9}{'cpu p99':>9}")
+    print(head + f"{'p50/rr':>8}{'cpu p50':>9}{'cpu p99':>9}{'cpu p99/p50':>13}")
     for row in rows:
         base = baseline.get((row["block_tokens"], row["backends"], row["snapshots"]))
         row["p50_vs_round_robin"] = row["p50_us"] / base if base else None
@@ -345,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['case']:<24}{row['block_tokens']:>6}{row['backends']:>9}{row['snapshots']:>10}"
             f"{row['p50_us']:>9.1f}{row['p99_us']:>9.1f}{ratio:>8}"
             f"{row['cpu_p50_us']:>9.1f}{row['cpu_p99_us']:>9.1f}"
+            f"{row['cpu_p99_us'] / row['cpu_p50_us']:>13.2f}"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "bench_routing.json"
