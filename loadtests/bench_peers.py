@@ -63,6 +63,10 @@ class PeerSide:
     added_itl_p99_ms: float | None
     throughput_vs_direct: float
     cpu_us_per_event: float | None  # None: direct (no proxy)
+    # Each round's added TTFT p99 against direct's in the same round: the spread says whether
+    # a difference between two sides is this host's noise (pooled p99s of one code have
+    # moved by 2x between runs at c=32).
+    added_ttft_p99_by_round_ms: tuple[float | None, ...] = ()
 
 
 def _workload(concurrency: int, requests: int, tokens: int = TOKENS) -> dict[str, object]:
@@ -148,6 +152,10 @@ def _level(
     for name, runs in results.items():
         side = _side(runs)
         events = sum(len(r.token_times_s) for run in runs for r in run.records if r.ok)
+        by_round = tuple(
+            _minus(_side([run]).ttft_p99_ms, _side([alike]).ttft_p99_ms)
+            for run, alike in zip(runs, results["direct"], strict=True)
+        )
         rows.append(
             PeerSide(
                 peer=name,
@@ -158,9 +166,16 @@ def _level(
                 added_itl_p99_ms=_minus(side.itl_p99_ms, direct.itl_p99_ms),
                 throughput_vs_direct=side.request_per_s / direct.request_per_s,
                 cpu_us_per_event=None if name == "direct" else cpu[name] / max(events, 1) * 1e6,
+                added_ttft_p99_by_round_ms=by_round,
             )
         )
     return rows
+
+
+def _spread(values: tuple[float | None, ...]) -> str:
+    """``low..high`` of the rounds' values ("-" with fewer than two)."""
+    known = [value for value in values if value is not None]
+    return f"{min(known):.1f}..{max(known):.1f}" if len(known) > 1 else "-"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -169,7 +184,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def format_table(rows: list[PeerSide]) -> str:
     head = (
-        f"{'':<18}{'conc':>5}{'err':>5}{'+TTFT p50':>11}{'+TTFT p99':>11}{'+ITL p99':>10}"
+        f"{'':<18}{'conc':>5}{'err':>5}{'+TTFT p50':>11}{'+TTFT p99':>11}{'p99 by round':>15}"
+        f"{'+ITL p99':>10}"
         f"{'thru/direct':>13}{'CPU us/event':>14}{'TTFT p50 / litellm':>20}{'CPU / nginx':>13}"
     )
     lines = [head, "-" * len(head)]
@@ -181,14 +197,15 @@ def format_table(rows: list[PeerSide]) -> str:
         lines.append(
             f"{row.peer:<18}{row.concurrency:>5}{row.side.errors:>5}"
             f"{fmt(row.added_ttft_p50_ms):>11}{fmt(row.added_ttft_p99_ms):>11}"
-            f"{fmt(row.added_itl_p99_ms):>10}{row.throughput_vs_direct:>12.3f}x"
+            f"{_spread(row.added_ttft_p99_by_round_ms):>15}{fmt(row.added_itl_p99_ms):>10}{row.throughput_vs_direct:>12.3f}x"
             f"{fmt(row.cpu_us_per_event, 1):>14}"
             f"{_ratio(row.added_ttft_p50_ms, litellm):>20}"
             f"{_ratio(row.cpu_us_per_event, nginx):>13}"
         )
     lines.append(
-        "(ms; '+' = side - direct, pooled over the rounds; CPU = the proxy's process tree ÷ "
-        "token events relayed)"
+        "(ms; '+' = side - direct, pooled over the rounds; p99 by round: the lowest and highest "
+        "round's, each against direct's in that round; CPU = the proxy's process tree ÷ token "
+        "events relayed)"
     )
     return "\n".join(lines)
 
