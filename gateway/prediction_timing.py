@@ -21,9 +21,7 @@ def prediction_entries(opened: OpenedStream, decision: Decision) -> list[TimingE
     """The served backend's predicted TTFT (terms in ``desc``), its cold start when one was
     expected, and its predicted p90."""
     route = opened.route
-    return _ttft_entries(route.predicted_ttft_ms, opened.predicted_terms_ms) + p90_entries(
-        decision, route.backend
-    )
+    return _predicted(decision, route.backend, route.predicted_ttft_ms, opened.predicted_terms_ms)
 
 
 class PreparedEntries:
@@ -51,11 +49,9 @@ class PreparedEntries:
             return  # a retry or a hedge: its entries are built if it wins
         decision = self._decision
         self._objectives = objective_entries(decision, self._profile)
-        predicted = candidate.predicted_ttft_ms
-        self._first = (candidate.backend, predicted, terms)
-        self._prediction = _ttft_entries(predicted, terms) + p90_entries(
-            decision, candidate.backend
-        )
+        backend, predicted = candidate.backend, candidate.predicted_ttft_ms
+        self._first = (backend, predicted, terms)
+        self._prediction = _predicted(decision, backend, predicted, terms)
 
     def prediction(self, opened: OpenedStream) -> list[TimingEntry]:
         """:func:`prediction_entries` of the served backend."""
@@ -82,6 +78,13 @@ def p90_entries(decision: Decision, backend: str) -> list[TimingEntry]:
             p90 = candidate.predicted_ttft_p90_ms
             return [] if p90 is None else [TimingEntry("predicted_ttft_p90", p90)]
     return []
+
+
+def _predicted(
+    decision: Decision, backend: str, predicted: float | None, terms: Mapping[str, float]
+) -> list[TimingEntry]:
+    """``backend``'s predicted TTFT entries and its p90: one formula for both callers."""
+    return _ttft_entries(predicted, terms) + p90_entries(decision, backend)
 
 
 def _ttft_entries(predicted: float | None, terms: Mapping[str, float]) -> list[TimingEntry]:
