@@ -16,7 +16,6 @@ import orjson
 
 from gateway.timing import TimingEntry, parse
 from tests.acceptance.harness import MERIDIAN, Process, carries_token, start_gateway
-from tests.ports import unclaimed_port
 from tests.servers import hang_bound
 
 MODEL = "chain-model"
@@ -30,12 +29,6 @@ FAST_SIGNALS = {
     "probes": {"interval_s": 0.5, "timeout_s": 1.0},
     "engine_metrics": {"interval_s": 0.5, "timeout_s": 1.0},
 }
-
-
-def free_port() -> int:
-    """A port a gateway process binds later (tests/ports.py: none of the kernel's port-0
-    choices can take it meanwhile)."""
-    return unclaimed_port()
 
 
 def start_emulator(logs: Path, region: str, rtt_ms: float) -> tuple[Process, str]:

@@ -27,7 +27,6 @@ from tests.chain.chain_rig import (
     MODEL,
     chat,
     chat_whole,
-    free_port,
     gateway_backend,
     gateway_config,
     processes,
@@ -35,6 +34,7 @@ from tests.chain.chain_rig import (
     start_emulator,
     wait_for_summary,
 )
+from tests.ports import unclaimed_port
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -62,7 +62,7 @@ async def two_regions(tmp_path: Path) -> AsyncIterator[Chain]:
         link = await DelayProxy(LINK_RTT_MS).start()
         stack.push_async_callback(link.close)
         link.point_at(b_url)
-        grpc_port = free_port()
+        grpc_port = unclaimed_port()  # bound later by the gateway (tests/ports.py)
         a_config = gateway_config(
             "us-gw",
             "us",
@@ -186,7 +186,7 @@ async def test_a_loop_between_two_gateways_is_refused_at_the_first_hop(tmp_path:
         for proxy in (to_one, to_two):
             await proxy.start()
             stack.push_async_callback(proxy.close)
-        grpc_port = free_port()
+        grpc_port = unclaimed_port()  # bound later by the gateway (tests/ports.py)
         one = gateway_config(
             "one-gw",
             "us",

@@ -33,7 +33,7 @@ from loadtests.bench.overhead_setup import one_backend_config, overhead_workload
 from loadtests.bench.workload import parse_workload
 from loadtests.processes import mock_backend
 from proto.meridian.v1 import inference_pb2 as pb
-from tests.chain.chain_rig import free_port
+from tests.ports import unclaimed_port
 from tests.reliability.support import ServeProcess, serve_process, write_config
 from tests.servers import settle
 
@@ -120,7 +120,7 @@ GRPC_CALLS = 700
 
 async def test_grpc_calls_on_the_h2_engine_leave_no_cyclic_garbage(tmp_path: Path) -> None:
     """On the h2 engine a call and its servicer context held each other."""
-    port = free_port()
+    port = unclaimed_port()
     listen = {"host": "127.0.0.1", "grpc_port": port, "grpc_engine": "h2"}
     message = pb.ChatMessage(role="user", text="hello " * 10)
     request = pb.ChatCompletionRequest(model=MODEL, messages=[message], max_tokens=8)
