@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from functools import partial
 
 from routing.step_clock import StepClock
 
 
 def step_ticker(router: object, backend: str) -> Callable[[float], None] | None:
-    """What one read of ``backend``'s stream calls with its arrival time (None: no clock)."""
+    """What one read of ``backend``'s stream calls with its arrival time (None: no clock): the
+    backend's own track, bound once (``StepClock.feed``), so a read costs one call, not a
+    lookup through ``StepClock.seen`` as well (every relayed read runs it)."""
     clock = getattr(router, "step_clock", None)
-    return partial(clock.seen, backend) if isinstance(clock, StepClock) else None
+    return clock.feed(backend) if isinstance(clock, StepClock) else None
 
 
 def on_routing_clock(perf_at: float | None) -> float:
