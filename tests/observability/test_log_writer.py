@@ -123,3 +123,68 @@ def test_lines_found_together_are_one_write_and_a_bad_one_loses_only_itself() ->
     writes = orjson.loads(done.stdout)
     assert writes == [["first"], [f"line {n}" for n in range(200)] + ["after"]]
     assert "Logging error" in done.stderr and "no text" in done.stderr  # reported, not hidden
+
+
+CHILD_ON_A_LOOP = textwrap.dedent(
+    """
+    import asyncio, atexit, io, logging, sys, threading
+    import orjson
+    from gateway.observability import log_format
+
+    class Recording(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.writes = []
+            self.wrote = threading.Event()
+
+        def write(self, text):
+            self.writes.append(text)
+            self.wrote.set()
+            return super().write(text)
+
+    def messages():
+        return [[orjson.loads(line)["msg"] for line in w.splitlines()] for w in out.writes]
+
+    out = Recording()
+    log = logging.getLogger("meridian.test")
+    log_format.install("INFO", "json", out)
+
+    async def main():
+        for n in range(3):
+            log.info("line %d", n)
+        other = threading.Thread(target=log.info, args=("from another thread",))
+        other.start()
+        other.join()
+        # The loop is held here, so its lines cannot be handed over: the writer writes the
+        # other thread's line alone.
+        assert out.wrote.wait(30)
+        out.wrote.clear()
+        await asyncio.get_running_loop().run_in_executor(None, out.wrote.wait, 30)
+
+    asyncio.run(main())
+    log.info("off the loop")  # no loop running: to the writer at once
+    log_format.flush()
+    atexit.register(lambda: sys.stdout.write(orjson.dumps(messages()).decode()))
+    log_format.install("INFO", "json", out)  # its exit hook runs before the one above
+
+    async def ends_at_once():
+        log.info("held as the loop ends")  # its hand-over never runs: written at exit
+
+    asyncio.run(ends_at_once())
+    """
+)
+
+
+def test_lines_logged_on_the_loop_are_handed_over_later_together_and_at_exit() -> None:
+    """The request line is logged on the event loop as a request ends: it waits there, so
+    the writer thread does not take the GIL as the next request arrives."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_ON_A_LOOP], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert orjson.loads(done.stdout) == [
+        ["from another thread"],
+        ["line 0", "line 1", "line 2"],
+        ["off the loop"],
+        ["held as the loop ends"],
+    ]
