@@ -30,7 +30,9 @@ write to the load client "took" ~0.3 ms that way, the client's own work after it
 The backend's own time (send -> the read with the first token) is not the gateway's and is left
 out; ``gateway total`` is the sum of the steps. ``--rate R``: the streams arrive at R a second
 (open loop, Poisson), so the gateway is idle between most of them as under a light real load; in
-the default closed loop the next stream is sent the moment the last one ends. ``--src NAME=DIR``
+the default closed loop the next stream is sent the moment the last one ends. The stamps carry
+no request key (each request's are the ones between two head reads), so ``R`` must stay low
+enough that streams seldom overlap: at ~170 a second the steps mix requests. ``--src NAME=DIR``
 measures another checkout (its ``PYTHONPATH``) in the same run: every side's gateway runs at
 once, and they take turns within each round.
 """
