@@ -124,6 +124,8 @@ class _Writer:
         self.queue: queue.SimpleQueue[list[logging.LogRecord] | None] = queue.SimpleQueue()
         self._held: list[logging.LogRecord] = []  # logged on ``_held_on``, not handed over yet
         self._held_on: asyncio.AbstractEventLoop | None = None
+        # Taking and handing over may run in two threads (a second loop's, or exit's).
+        self._holding = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="meridian-log-writer", daemon=True)
         self._thread.start()
         self.running = True
@@ -135,17 +137,22 @@ class _Writer:
         if loop is None:  # another thread, or no loop running
             self.queue.put_nowait([record])
             return
-        if loop is not self._held_on:  # a new loop: what an earlier one held goes first
-            self.hand_over()
-            self._held_on = loop
-        held = self._held
-        held.append(record)
-        if len(held) == 1:
+        with self._holding:
+            held = self._held
+            if loop is not self._held_on:  # a new loop: what an earlier one held goes first
+                if held:
+                    self.queue.put_nowait(held)
+                self._held = held = []
+                self._held_on = loop
+            held.append(record)
+            first = len(held) == 1
+        if first:
             loop.call_later(_HANDOVER_S, self.hand_over)
 
     def hand_over(self) -> None:
         """Give the writer the lines held on the event loop (one wake for all of them)."""
-        held, self._held = self._held, []
+        with self._holding:
+            held, self._held = self._held, []
         if held:
             self.queue.put_nowait(held)
 

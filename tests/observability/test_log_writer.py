@@ -167,10 +167,17 @@ CHILD_ON_A_LOOP = textwrap.dedent(
     atexit.register(lambda: sys.stdout.write(orjson.dumps(messages()).decode()))
     log_format.install("INFO", "json", out)  # its exit hook runs before the one above
 
-    async def ends_at_once():
-        log.info("held as the loop ends")  # its hand-over never runs: written at exit
+    async def ends_at_once(message):
+        log.info(message)  # its hand-over never runs before the loop ends
 
-    asyncio.run(ends_at_once())
+    async def logs_and_waits(message):
+        log.info(message)  # what the loop before held goes first
+        await asyncio.get_running_loop().run_in_executor(None, out.wrote.wait, 30)
+
+    asyncio.run(ends_at_once("held by a loop that ended"))
+    out.wrote.clear()
+    asyncio.run(logs_and_waits("on the next loop"))
+    asyncio.run(ends_at_once("held as the last loop ends"))  # written at exit
     """
 )
 
@@ -182,9 +189,10 @@ def test_lines_logged_on_the_loop_are_handed_over_later_together_and_at_exit() -
         [sys.executable, "-c", CHILD_ON_A_LOOP], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert orjson.loads(done.stdout) == [
-        ["from another thread"],
-        ["line 0", "line 1", "line 2"],
-        ["off the loop"],
-        ["held as the loop ends"],
+    writes = orjson.loads(done.stdout)
+    assert writes[:3] == [["from another thread"], ["line 0", "line 1", "line 2"], ["off the loop"]]
+    assert [line for write in writes[3:] for line in write] == [
+        "held by a loop that ended",
+        "on the next loop",
+        "held as the last loop ends",
     ]
