@@ -148,13 +148,14 @@ def _level(
     concurrency: int, results: dict[str, list[BenchResult]], cpu: dict[str, float]
 ) -> list[PeerSide]:
     direct = _side(results["direct"])
+    direct_p99_by_round = [_side([run]).ttft_p99_ms for run in results["direct"]]
     rows = []
     for name, runs in results.items():
         side = _side(runs)
         events = sum(len(r.token_times_s) for run in runs for r in run.records if r.ok)
         by_round = tuple(
-            _minus(_side([run]).ttft_p99_ms, _side([alike]).ttft_p99_ms)
-            for run, alike in zip(runs, results["direct"], strict=True)
+            _minus(_side([run]).ttft_p99_ms, alike)
+            for run, alike in zip(runs, direct_p99_by_round, strict=True)
         )
         rows.append(
             PeerSide(
