@@ -340,17 +340,25 @@ def _bisect_depths(
     at_hi: int,
     out: dict[int, int],
 ) -> None:
-    """Fill ``out[bit] = depth`` for backends holding block ``lo`` but not block ``hi``."""
-    if at_lo == at_hi:
-        return  # nobody leaves between lo and hi
-    if hi == lo + 1:
-        left = at_lo & ~at_hi
-        while left:
-            bit = left & -left
-            out[bit] = hi
-            left ^= bit
-        return
-    mid = (lo + hi) // 2
-    at_mid = holders.get(hashes[mid], 0)
-    _bisect_depths(holders, hashes, lo, at_lo, mid, at_mid, out)
-    _bisect_depths(holders, hashes, mid, at_mid, hi, at_hi, out)
+    """Fill ``out[bit] = depth`` for backends holding block ``lo`` but not block ``hi``;
+    somebody must (``at_lo != at_hi``), and every step keeps it so.
+
+    A half where nobody leaves is not descended into, and the right half is walked in this
+    call's loop: a recursion only where both halves hold a departure (with one holder, none;
+    a call a level cost about what the probe itself does)."""
+    while True:
+        if hi == lo + 1:
+            left = at_lo & ~at_hi
+            while left:
+                bit = left & -left
+                out[bit] = hi
+                left ^= bit
+            return
+        mid = (lo + hi) // 2
+        at_mid = holders.get(hashes[mid], 0)
+        if at_mid != at_lo and at_mid != at_hi:  # departures on both sides
+            _bisect_depths(holders, hashes, lo, at_lo, mid, at_mid, out)
+        if at_mid == at_hi:  # ...or on the left only
+            hi, at_hi = mid, at_mid
+        else:
+            lo, at_lo = mid, at_mid

@@ -4,7 +4,7 @@ gateway's own part is a part of the TTFT the client measured."""
 
 from __future__ import annotations
 
-from loadtests.timing_tail import entry_durations, measure, report
+from loadtests.timing_tail import OUTSIDE, entry_durations, measure, outside_ms, report
 
 
 async def test_the_slowest_first_tokens_are_split_by_the_gateways_entries() -> None:
@@ -16,9 +16,15 @@ async def test_the_slowest_first_tokens_are_split_by_the_gateways_entries() -> N
         assert {"gw", "route", "upstream_ttfb", "ttft"} <= set(entries), record.server_timing
         assert record.ttft_s is not None
         assert entries["route"] <= entries["gw"] <= record.ttft_s * 1000.0
+        # The gateway's clock (its head read -> its first byte) runs inside the client's.
+        outside = outside_ms(record)
+        assert outside is not None and 0.0 < outside < record.ttft_s * 1000.0
+        assert outside == record.ttft_s * 1000.0 - entries["ttft"]
     summary = report(records, direct_ms, slowest=3)
     assert summary["errors"] == 0
     slowest = [row["ttft_ms"] for row in summary["slowest"]]
     assert len(slowest) == 3 and slowest == sorted(slowest)
     assert slowest[-1] == max(r.ttft_s or 0.0 for r in records) * 1000.0
     assert summary["entries_ms"]["gw"]["p50"] <= summary["entries_ms"]["gw"]["max"]
+    assert summary["entries_ms"][OUTSIDE]["max"] == max(filter(None, map(outside_ms, records)))
+    assert all(row["entries_ms"][OUTSIDE] is not None for row in summary["slowest"])
