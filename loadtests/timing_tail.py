@@ -1,7 +1,7 @@
 """Where the slowest first tokens' time went, by the gateway's own ``Server-Timing`` entries.
 
     python -m loadtests.timing_tail [--concurrency 32] [--requests 2000] [--slowest 10]
-        [--src NAME=DIR ... --rounds 3] [--out loadtests/results]
+        [--workers 1] [--src NAME=DIR ... --rounds 3] [--out loadtests/results]
 
 The overhead benchmarks give the added TTFT as one difference of two distributions; this
 splits it. Three processes, as in ``bench_overhead --backend mock --client lean``: the mock
@@ -31,6 +31,8 @@ processes, and each side's figures pool its rounds. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import time
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from gateway.timing import parse
@@ -40,6 +42,7 @@ from loadtests.bench.records import RequestRecord
 from loadtests.bench.stats import percentile
 from loadtests.bench.workload import parse_workload
 from loadtests.probed_gateway import checkouts
+from loadtests.proc_counters import Counters, tree_counters
 from loadtests.processes import gateway, mock_backend
 from loadtests.results_file import fmt, write_results
 
@@ -65,22 +68,58 @@ def ttfts_ms(records: list[RequestRecord]) -> list[float]:
     return [r.ttft_s * 1000.0 for r in records if r.ttft_s is not None and r.error is None]
 
 
+@dataclass(frozen=True)
+class GatewayRun:
+    """The gateway's process tree over the measured run, by the scheduler's counters
+    (``loadtests.proc_counters``): whether a head waited for the gateway's loop (busy with
+    other requests) or for a core (the backend and the client had both)."""
+
+    wall_s: float
+    cpu_s: float  # on a CPU
+    wait_s: float  # runnable, but waiting for a CPU
+    wakes: int  # voluntary context switches: the loop went to sleep and was woken
+
+    def plus(self, other: GatewayRun) -> GatewayRun:
+        return GatewayRun(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "busy_share": self.cpu_s / self.wall_s if self.wall_s else 0.0,
+            "waited_share": self.wait_s / self.wall_s if self.wall_s else 0.0,
+            "wait_per_wake_us": self.wait_s / self.wakes * 1e6 if self.wakes else 0.0,
+        }
+
+
+def _counted(pid: int) -> Counters:
+    total = Counters()
+    for counters in tree_counters(pid).values():
+        total = total.plus(counters)
+    return total
+
+
 async def measure(
-    concurrency: int, requests: int, env: dict[str, str] | None = None
-) -> tuple[list[RequestRecord], list[float]]:
-    """The gateway's records and the direct TTFTs (ms) of the same workload (``env``: the
-    gateway's environment, e.g. another checkout's ``PYTHONPATH``)."""
+    concurrency: int, requests: int, env: dict[str, str] | None = None, workers: int = 1
+) -> tuple[list[RequestRecord], list[float], GatewayRun]:
+    """The gateway's records, the direct TTFTs (ms) of the same workload and the gateway's
+    counters over its run (``env``: the gateway's environment, e.g. another checkout's
+    ``PYTHONPATH``; ``workers``: ``meridian serve --workers``)."""
     async with mock_backend(MODEL) as (backend_url, _):
-        async with gateway(one_backend_config("b1", backend_url), env=env) as (url, _):
+        config = one_backend_config("b1", backend_url)
+        async with gateway(config, workers, env=env) as (url, pid):
             warm = parse_workload(overhead_workload(concurrency, max(concurrency * 4, 100)))
             await run_lean(url, warm)
             workload = parse_workload(overhead_workload(concurrency, requests))
+            before, started = _counted(pid), time.perf_counter()
             through = await run_lean(url, workload)
+            spent, wall = _counted(pid).minus(before), time.perf_counter() - started
             direct = await run_lean(backend_url, workload)
-    return list(through.records), ttfts_ms(list(direct.records))
+    run = GatewayRun(wall, spent.cpu_s, spent.wait_s, spent.voluntary)
+    return list(through.records), ttfts_ms(list(direct.records)), run
 
 
-def report(records: list[RequestRecord], direct_ms: list[float], slowest: int) -> dict[str, Any]:
+def report(
+    records: list[RequestRecord], direct_ms: list[float], slowest: int, run: GatewayRun
+) -> dict[str, Any]:
     answered = [r for r in records if r.ttft_s is not None and r.error is None]
     gateway_ms = ttfts_ms(answered)
     by_entry: dict[str, list[float]] = {}
@@ -102,6 +141,9 @@ def report(records: list[RequestRecord], direct_ms: list[float], slowest: int) -
             "gateway": {"p50": percentile(gateway_ms, 50), "p99": percentile(gateway_ms, 99)},
         },
         "entries_ms": entries,
+        "gateway_process": {
+            **run.summary(), "cpu_per_request_us": run.cpu_s / max(len(records), 1) * 1e6,
+        },
         "slowest": [
             {"ttft_ms": (r.ttft_s or 0.0) * 1000.0, "sent_s": r.sent_s,
              "entries_ms": {**entry_durations(r), OUTSIDE: outside_ms(r)}}
@@ -117,6 +159,12 @@ def print_report(summary: dict[str, Any], side: str = "") -> None:
     )
     for side in ("direct", "gateway"):
         print(f"TTFT {side:<8} p50 {fmt(ttft[side]['p50']):>8}  p99 {fmt(ttft[side]['p99']):>8}")
+    process = summary["gateway_process"]
+    print(
+        f"gateway: on a CPU {process['busy_share']:.0%} of the run (of one core), runnable but"
+        f" waiting for one {process['waited_share']:.1%} ({process['wait_per_wake_us']:.0f} us"
+        f" a wake-up); {process['cpu_per_request_us']:.0f} us of CPU a request"
+    )
     print(f"\n{'entry':<22}{'p50':>10}{'p99':>10}{'max':>10}   (ms)")
     for name, cut in summary["entries_ms"].items():
         print(f"{name:<22}{fmt(cut['p50'], 3):>10}{fmt(cut['p99'], 3):>10}{fmt(cut['max'], 3):>10}")
@@ -135,23 +183,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slowest", type=int, default=10, help="requests listed one by one")
     parser.add_argument("--src", action="append", default=[], metavar="NAME=DIR")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="meridian serve --workers")
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
     sides = checkouts(args.src)
     pooled: dict[str, tuple[list[RequestRecord], list[float]]] = {n: ([], []) for n, _ in sides}
+    runs = {name: GatewayRun(0.0, 0.0, 0.0, 0) for name, _ in sides}
     for _ in range(args.rounds):
         for name, env in sides:
-            records, direct_ms = uvloop.run(measure(args.concurrency, args.requests, env))
+            records, direct_ms, run = uvloop.run(
+                measure(args.concurrency, args.requests, env, args.workers)
+            )
             pooled[name][0].extend(records)
             pooled[name][1].extend(direct_ms)
-    summaries = {name: report(*pooled[name], args.slowest) for name, _ in sides}
+            runs[name] = runs[name].plus(run)
+    summaries = {name: report(*pooled[name], args.slowest, runs[name]) for name, _ in sides}
     for name, summary in summaries.items():
         print_report(summary, name if len(sides) > 1 else "")
         print()
     meta = {"concurrency": args.concurrency, "requests": args.requests, "backend": "mock",
-            "rounds": args.rounds, "src": args.src}  # fmt: skip
+            "rounds": args.rounds, "src": args.src, "workers": args.workers}  # fmt: skip
     write_results(args.out, "timing-tail", {"meta": meta, **summaries["this checkout"],
                                              "sides": summaries})  # fmt: skip
     return 0

@@ -8,7 +8,7 @@ from loadtests.timing_tail import OUTSIDE, entry_durations, measure, outside_ms,
 
 
 async def test_the_slowest_first_tokens_are_split_by_the_gateways_entries() -> None:
-    records, direct_ms = await measure(concurrency=4, requests=40)
+    records, direct_ms, run = await measure(concurrency=4, requests=40)
     assert len(records) == 40 and len(direct_ms) == 40
     for record in records:
         assert record.ok, record.error_detail
@@ -20,7 +20,10 @@ async def test_the_slowest_first_tokens_are_split_by_the_gateways_entries() -> N
         outside = outside_ms(record)
         assert outside is not None and 0.0 < outside < record.ttft_s * 1000.0
         assert outside == record.ttft_s * 1000.0 - entries["ttft"]
-    summary = report(records, direct_ms, slowest=3)
+    # The gateway's counters over its run: it worked, and it slept between reads.
+    assert run.cpu_s > 0.0 and run.wakes > 0 and run.wall_s > 0.0 and run.wait_s >= 0.0
+    summary = report(records, direct_ms, slowest=3, run=run)
+    assert summary["gateway_process"]["busy_share"] == run.cpu_s / run.wall_s
     assert summary["errors"] == 0
     slowest = [row["ttft_ms"] for row in summary["slowest"]]
     assert len(slowest) == 3 and slowest == sorted(slowest)
