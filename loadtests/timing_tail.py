@@ -5,7 +5,7 @@
 
 The overhead benchmarks give the added TTFT as one difference of two distributions; this
 splits it. Three processes, as in ``bench_overhead --backend mock --client lean``: the mock
-backend (TTFT 20 ms, 5 ms a token), one ``meridian serve`` worker and this load generator. A
+backend (TTFT 20 ms, 5 ms a token), ``meridian serve`` (``--workers``, 1 by default) and this load generator. A
 warm-up, then the same closed workload through the gateway and straight to the backend.
 Printed: TTFT p50/p99 both ways; per ``Server-Timing`` entry of the gateway's answers (``gw``:
 the gateway's own part of the TTFT; ``route``: the decision; ``upstream_ttfb``: the backend's
@@ -16,11 +16,12 @@ machine stalling everything at once, not the gateway.
 
 ``outside`` is the client's TTFT less the gateway's ``ttft`` entry (its head read -> its first
 byte written): the time the request spent where the gateway's clock does not run. That is the
-head waiting to be read — the loop busy with other requests, or the process waiting for a
-core — and the first byte's way back to the client (~0.6 ms p50 here, on loopback, including
-the client's own parse). At c=32 with a fixed answer length the users' requests come in waves
-(every user's stream ends at about the same time), and a wave's last heads wait for the loop
-to serve the ones before them: ``outside`` is then most of the added TTFT's tail
+head waiting to be read — the loop busy with other requests' work, or the process waiting for
+a core — and the first byte's way back to the client (~0.6 ms p50 here, on loopback,
+including the client's own parse). At c=32 it is most of the added TTFT's tail: the gateway's
+loop is ~2/3 busy, and a head waits behind the work queued ahead of it. The gateway's
+scheduler counters over the measured run tell the two waits apart: the share of the run it
+was on a CPU, the share it was runnable but waiting for one, and its CPU a request
 (docs/results/perf-issue16.md, "Session 25").
 
 ``--src NAME=DIR`` measures another checkout's gateway (its ``PYTHONPATH``) as well: each of
