@@ -6,8 +6,8 @@
 The overhead benchmarks give the added TTFT as one difference of two distributions; this
 splits it. Three processes, as in ``bench_overhead --backend mock --client lean``: the mock
 backend (TTFT 20 ms, 5 ms a token), ``meridian serve`` (``--workers``, 1 by default) and this
-load generator. A warm-up, then the same closed workload through the gateway and straight to the backend.
-Printed: TTFT p50/p99 both ways; per ``Server-Timing`` entry of the gateway's answers (``gw``:
+load generator. A warm-up, then the same closed workload through the gateway and straight to
+the backend. Printed: TTFT p50/p99 both ways; per ``Server-Timing`` entry of the gateway's answers (``gw``:
 the gateway's own part of the TTFT; ``route``: the decision; ``upstream_ttfb``: the backend's
 first byte as the gateway saw it) its p50, p99 and max; and the slowest requests with every
 entry and when each was sent. A slow request whose ``gw`` is small waited on the backend; a
