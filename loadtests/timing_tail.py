@@ -3,15 +3,15 @@
     python -m loadtests.timing_tail [--concurrency 32] [--requests 2000] [--slowest 10]
         [--workers 1] [--src NAME=DIR ... --rounds 3] [--out loadtests/results]
 
-The overhead benchmarks give the added TTFT as one difference of two distributions; this
-splits it. Three processes, as in ``bench_overhead --backend mock --client lean``: the mock
-backend (TTFT 20 ms, 5 ms a token), ``meridian serve`` (``--workers``, 1 by default) and this
-load generator. A warm-up, then the same closed workload through the gateway and straight to
-the backend. Printed: TTFT p50/p99 both ways; per ``Server-Timing`` entry of the gateway's answers (``gw``:
-the gateway's own part of the TTFT; ``route``: the decision; ``upstream_ttfb``: the backend's
-first byte as the gateway saw it) its p50, p99 and max; and the slowest requests with every
-entry and when each was sent. A slow request whose ``gw`` is small waited on the backend; a
-cluster of them sent within a few ms of each other, with the backend slow as well, is the
+The overhead benchmarks give the added TTFT as one difference of two distributions; this splits
+it. Three processes, as in ``bench_overhead --backend mock --client lean``: the mock backend
+(TTFT 20 ms, 5 ms a token), ``meridian serve`` (``--workers``, 1 by default) and this load
+generator. A warm-up, then the same closed workload through the gateway and straight to the
+backend. Printed: TTFT p50/p99 both ways; per ``Server-Timing`` entry of the gateway's answers
+(``gw``: the gateway's own part of the TTFT; ``route``: the decision; ``upstream_ttfb``: the
+backend's first byte as the gateway saw it) its p50, p99 and max; and the slowest requests with
+every entry and when each was sent. A slow request whose ``gw`` is small waited on the backend;
+a cluster of them sent within a few ms of each other, with the backend slow as well, is the
 machine stalling everything at once, not the gateway.
 
 ``outside`` is the client's TTFT less the gateway's ``ttft`` entry (its head read -> its first
