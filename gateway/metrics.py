@@ -124,6 +124,7 @@ class GatewayMetrics:
             buckets=(-1.0, -0.5, -0.25, -0.1, -0.05, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
             registry=r,
         )
+        self.prediction_error_of = LabelledChildren(self.prediction_error)
         self.explorations = Counter(
             "meridian_route_explorations",
             "Requests routed to re-measure a backend whose evidence was old (routing.exploration).",

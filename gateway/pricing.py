@@ -18,6 +18,7 @@ from typing import Annotated
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.metrics import LabelledChildren
 from routing.price import Price
 
 OTHER_TENANT = "other"  # spend of tenants the config does not name (bounded labels)
@@ -56,6 +57,8 @@ class SpendMetrics:
             ["tenant", "model", "backend"],
             registry=registry,
         )
+        # Named tenants or OTHER_TENANT, configured models and backends: bounded by the config.
+        self.spend_of = LabelledChildren(self.spend)
 
     def record(
         self,
@@ -70,5 +73,5 @@ class SpendMetrics:
             return 0.0
         cached = min(max(cached_tokens, 0), prompt_tokens)
         cost = price.tokens_cost(prompt_tokens - cached, cached, completion_tokens)
-        self.spend.labels(*labels).inc(cost)
+        self.spend_of[labels].inc(cost)
         return cost

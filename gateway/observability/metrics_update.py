@@ -84,8 +84,8 @@ class MetricsUpdate:
         if predicted_ms:
             backend = self.bounds.backend(opened.route.backend)
             error = (ttft_s * 1000.0 - predicted_ms) / predicted_ms
-            self.gateway.prediction_error.labels(backend).observe(error)
-            self.request.predicted_ttft.labels(backend).observe(predicted_ms / 1000.0)
+            self.gateway.prediction_error_of[backend].observe(error)
+            self.request.predicted_ttft_of[backend].observe(predicted_ms / 1000.0)
 
     def ended(
         self, record: RequestRecord, opened: OpenedStream | None, now: float, outcome: Outcome
@@ -113,11 +113,11 @@ class MetricsUpdate:
                 series.backend_queue.observe(entry.dur_ms / 1000.0)
 
     def _attempts(self, record: RequestRecord) -> None:
-        counter = self.request.attempts
+        counters = self.request.attempts_of
         for index, attempt in enumerate(record.attempts()):
             kind = "hedge" if attempt["hedge"] else ("first" if index == 0 else "retry")
             backend = self.bounds.backend(attempt["backend"])
-            counter.labels(backend, kind, outcome_class(attempt["outcome"])).inc()
+            counters[backend, kind, outcome_class(attempt["outcome"])].inc()
 
     def rejected(self, model: str, door: str) -> None:
         labels = self.bounds.route(model, NO_BACKEND, NO_BACKEND, door)

@@ -18,7 +18,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 import gateway
 from gateway.build_info import routing_build
-from gateway.metrics import LATENCY_BUCKETS, ROUTE_LABELS
+from gateway.metrics import LATENCY_BUCKETS, ROUTE_LABELS, LabelledChildren
 
 _QUEUE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -74,6 +74,10 @@ class RequestMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        # Looked up once per label values, not by ``labels()`` on each request (bounded by the
+        # config: backend names, attempt kinds, outcome classes).
+        self.attempts_of = LabelledChildren(self.attempts)
+        self.predicted_ttft_of = LabelledChildren(self.predicted_ttft)
         Info("meridian_build", "Meridian's version and runtime.", registry=r).info(
             {
                 "version": gateway.__version__,
