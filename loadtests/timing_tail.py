@@ -1,7 +1,7 @@
 """Where the slowest first tokens' time went, by the gateway's own ``Server-Timing`` entries.
 
     python -m loadtests.timing_tail [--concurrency 32] [--requests 2000] [--slowest 10]
-        [--workers 1] [--src NAME=DIR ... --rounds 3] [--out loadtests/results]
+        [--workers 1] [--lengths 16 16] [--src NAME=DIR ... --rounds 3] [--out loadtests/results]
 
 The overhead benchmarks give the added TTFT as one difference of two distributions; this splits
 it. Three processes, as in ``bench_overhead --backend mock --client lean``: the mock backend
@@ -18,10 +18,12 @@ machine stalling everything at once, not the gateway.
 byte written): the time the request spent where the gateway's clock does not run. That is the
 head waiting to be read — the loop busy with other requests' work, or the process waiting for
 a core — and the first byte's way back to the client (~0.6 ms p50 here, on loopback,
-including the client's own parse). At c=32 it is most of the added TTFT's tail: the gateway's
-loop is ~2/3 busy, and a head waits behind the work queued ahead of it. The gateway's
-scheduler counters over the measured run tell the two waits apart: the share of the run it
-was on a CPU, the share it was runnable but waiting for one, and its CPU a request
+including the client's own parse). At c=32 it is most of the added TTFT's tail: a head waits
+behind the work queued ahead of it on a loop ~60% busy. The gateway's scheduler counters over
+the measured run tell that apart from waiting for a core: the share of the run it was on a
+CPU, the share it was runnable but waiting for one, and its CPU a request. With one answer
+length (``--lengths 16 16``, the default) a closed loop's users run in phase and their heads
+come in waves; ``--lengths 8 24`` draws the lengths from a range, and the waves go
 (docs/results/perf-issue16.md, "Session 25").
 
 ``--src NAME=DIR`` measures another checkout's gateway (its ``PYTHONPATH``) as well: each of
@@ -41,7 +43,7 @@ from loadtests.bench.lean_client import run_lean
 from loadtests.bench.overhead_setup import MODEL, one_backend_config, overhead_workload
 from loadtests.bench.records import RequestRecord
 from loadtests.bench.stats import percentile
-from loadtests.bench.workload import parse_workload
+from loadtests.bench.workload import Workload, parse_workload
 from loadtests.probed_gateway import checkouts
 from loadtests.proc_counters import Counters, tree_counters
 from loadtests.processes import gateway, mock_backend
@@ -98,18 +100,33 @@ def _counted(pid: int) -> Counters:
     return total
 
 
+def closed_workload(concurrency: int, requests: int, lengths: tuple[int, int]) -> Workload:
+    """The overhead runs' workload, with answer lengths drawn from ``lengths`` (min, max). One
+    length for every request keeps a closed loop's users in phase (their streams end together,
+    so their next heads come together); a range lets them drift apart."""
+    shape = overhead_workload(concurrency, requests)
+    low, high = lengths
+    shape["mix"] = [{"kind": "chat", "user_tokens": 64, "max_tokens": {"min": low, "max": high}}]
+    return parse_workload(shape)
+
+
 async def measure(
-    concurrency: int, requests: int, env: dict[str, str] | None = None, workers: int = 1
+    concurrency: int,
+    requests: int,
+    env: dict[str, str] | None = None,
+    workers: int = 1,
+    lengths: tuple[int, int] = (16, 16),
 ) -> tuple[list[RequestRecord], list[float], GatewayRun]:
     """The gateway's records, the direct TTFTs (ms) of the same workload and the gateway's
     counters over its run (``env``: the gateway's environment, e.g. another checkout's
-    ``PYTHONPATH``; ``workers``: ``meridian serve --workers``)."""
+    ``PYTHONPATH``; ``workers``: ``meridian serve --workers``; ``lengths``: the answers'
+    lengths, min and max)."""
     async with mock_backend(MODEL) as (backend_url, _):
         config = one_backend_config("b1", backend_url)
         async with gateway(config, workers, env=env) as (url, pid):
-            warm = parse_workload(overhead_workload(concurrency, max(concurrency * 4, 100)))
+            warm = closed_workload(concurrency, max(concurrency * 4, 100), lengths)
             await run_lean(url, warm)
-            workload = parse_workload(overhead_workload(concurrency, requests))
+            workload = closed_workload(concurrency, requests, lengths)
             before, started = _counted(pid), time.perf_counter()
             through = await run_lean(url, workload)
             spent, wall = _counted(pid).minus(before), time.perf_counter() - started
@@ -185,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", action="append", default=[], metavar="NAME=DIR")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1, help="meridian serve --workers")
+    parser.add_argument(
+        "--lengths", type=int, nargs=2, default=(16, 16), metavar=("MIN", "MAX"),
+        help="answer lengths drawn from MIN..MAX tokens (one length keeps the users in phase)",
+    )  # fmt: skip
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
@@ -195,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for name, env in sides:
             records, direct_ms, run = uvloop.run(
-                measure(args.concurrency, args.requests, env, args.workers)
+                measure(args.concurrency, args.requests, env, args.workers, tuple(args.lengths))
             )
             pooled[name][0].extend(records)
             pooled[name][1].extend(direct_ms)
@@ -205,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         print_report(summary, name if len(sides) > 1 else "")
         print()
     meta = {"concurrency": args.concurrency, "requests": args.requests, "backend": "mock",
-            "rounds": args.rounds, "src": args.src, "workers": args.workers}  # fmt: skip
+            "rounds": args.rounds, "src": args.src, "workers": args.workers,
+            "lengths": args.lengths}  # fmt: skip
     write_results(args.out, "timing-tail", {"meta": meta, **summaries["this checkout"],
                                              "sides": summaries})  # fmt: skip
     return 0

@@ -4,7 +4,16 @@ gateway's own part is a part of the TTFT the client measured."""
 
 from __future__ import annotations
 
-from loadtests.timing_tail import OUTSIDE, entry_durations, measure, outside_ms, report
+from loadtests.bench.overhead_setup import overhead_workload
+from loadtests.bench.workload import ChatComponent, parse_workload
+from loadtests.timing_tail import (
+    OUTSIDE,
+    closed_workload,
+    entry_durations,
+    measure,
+    outside_ms,
+    report,
+)
 
 
 async def test_the_slowest_first_tokens_are_split_by_the_gateways_entries() -> None:
@@ -31,3 +40,10 @@ async def test_the_slowest_first_tokens_are_split_by_the_gateways_entries() -> N
     assert summary["entries_ms"]["gw"]["p50"] <= summary["entries_ms"]["gw"]["max"]
     assert summary["entries_ms"][OUTSIDE]["max"] == max(filter(None, map(outside_ms, records)))
     assert all(row["entries_ms"][OUTSIDE] is not None for row in summary["slowest"])
+
+
+def test_answer_lengths_are_drawn_from_the_range_and_one_length_is_the_overhead_workload() -> None:
+    drawn = closed_workload(4, 40, (8, 24)).mix[0]
+    assert isinstance(drawn, ChatComponent)
+    assert (drawn.max_tokens.min, drawn.max_tokens.max) == (8, 24)
+    assert closed_workload(4, 40, (16, 16)) == parse_workload(overhead_workload(4, 40))
