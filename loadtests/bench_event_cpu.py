@@ -37,7 +37,7 @@ from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
 from loadtests.bench_peers import MODEL, _named_src, _workload
 from loadtests.peer_servers import nginx_available, nginx_relay
-from loadtests.proc_counters import Counters, tree_counters
+from loadtests.proc_counters import Counters, tree_total
 from loadtests.processes import emulated_backend, gateway
 from loadtests.results_file import fmt, write_results
 
@@ -66,14 +66,6 @@ def split(low: int, high: int, cpu_low_us: float, cpu_high_us: float) -> tuple[f
     return per_event, cpu_low_us - per_event * low
 
 
-def _tree(pid: int) -> Counters:
-    """The whole process tree's counters (nanosecond CPU from schedstat, not clock ticks)."""
-    total = Counters()
-    for counters in tree_counters(pid).values():
-        total = total.plus(counters)
-    return total
-
-
 @contextlib.asynccontextmanager
 async def _sides(args: argparse.Namespace, backend_url: str) -> AsyncIterator[dict[str, Any]]:
     async with contextlib.AsyncExitStack() as stack:
@@ -97,9 +89,9 @@ async def measure(args: argparse.Namespace) -> list[EventCpu]:
     ):
         idle: dict[str, tuple[float, float]] = {}  # CPU ms and wake-ups, per second
         for name, (_, pid) in sides.items():
-            before = _tree(pid)
+            before = tree_total(pid)
             await asyncio.sleep(args.idle_s)
-            spent_idle = _tree(pid).minus(before)
+            spent_idle = tree_total(pid).minus(before)
             idle[name] = (
                 spent_idle.cpu_s / args.idle_s * 1000.0,
                 spent_idle.voluntary / args.idle_s,
@@ -114,9 +106,9 @@ async def measure(args: argparse.Namespace) -> list[EventCpu]:
             for round_ in range(args.rounds):
                 for name, (url, pid) in sides.items():
                     for n in lengths if round_ % 2 == 0 else lengths[::-1]:
-                        before = _tree(pid)
+                        before = tree_total(pid)
                         await run_bench(url, workloads[n], options)
-                        spent[(name, n)] = spent[(name, n)].plus(_tree(pid).minus(before))
+                        spent[(name, n)] = spent[(name, n)].plus(tree_total(pid).minus(before))
             done = requests * args.rounds
             for name in sides:
                 low, high = spent[(name, args.low)], spent[(name, args.high)]

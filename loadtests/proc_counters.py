@@ -106,6 +106,14 @@ def tree_counters(root: int) -> dict[str, Counters]:
     return out
 
 
+def tree_total(root: int) -> Counters:
+    """``root``'s whole live process tree, summed (``tree_counters`` without the keys)."""
+    total = Counters()
+    for counters in tree_counters(root).values():
+        total = total.plus(counters)
+    return total
+
+
 def spent(after: dict[str, Counters], before: dict[str, Counters]) -> dict[str, Counters]:
     """What each key counted between two ``tree_counters`` readings."""
     return {key: value.minus(before.get(key, Counters())) for key, value in after.items()}

@@ -45,7 +45,7 @@ from loadtests.bench.records import RequestRecord
 from loadtests.bench.stats import percentile
 from loadtests.bench.workload import Workload, parse_workload
 from loadtests.probed_gateway import checkouts
-from loadtests.proc_counters import Counters, tree_counters
+from loadtests.proc_counters import tree_total
 from loadtests.processes import gateway, mock_backend
 from loadtests.results_file import fmt, write_results
 
@@ -93,13 +93,6 @@ class GatewayRun:
         }
 
 
-def _counted(pid: int) -> Counters:
-    total = Counters()
-    for counters in tree_counters(pid).values():
-        total = total.plus(counters)
-    return total
-
-
 def closed_workload(concurrency: int, requests: int, lengths: tuple[int, int]) -> Workload:
     """The overhead runs' workload, with answer lengths drawn from ``lengths`` (min, max). One
     length for every request keeps a closed loop's users in phase (their streams end together,
@@ -127,9 +120,9 @@ async def measure(
             warm = closed_workload(concurrency, max(concurrency * 4, 100), lengths)
             await run_lean(url, warm)
             workload = closed_workload(concurrency, requests, lengths)
-            before, started = _counted(pid), time.perf_counter()
+            before, started = tree_total(pid), time.perf_counter()
             through = await run_lean(url, workload)
-            spent, wall = _counted(pid).minus(before), time.perf_counter() - started
+            spent, wall = tree_total(pid).minus(before), time.perf_counter() - started
             direct = await run_lean(backend_url, workload)
     run = GatewayRun(wall, spent.cpu_s, spent.wait_s, spent.voluntary)
     return list(through.records), ttfts_ms(list(direct.records)), run
