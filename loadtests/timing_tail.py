@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.timing import parse
@@ -43,9 +43,9 @@ from loadtests.bench.lean_client import run_lean
 from loadtests.bench.overhead_setup import MODEL, one_backend_config, overhead_workload
 from loadtests.bench.records import RequestRecord
 from loadtests.bench.stats import percentile
-from loadtests.bench.workload import Workload, parse_workload
+from loadtests.bench.workload import parse_workload
 from loadtests.probed_gateway import checkouts
-from loadtests.proc_counters import tree_total
+from loadtests.proc_counters import Counters, tree_total
 from loadtests.processes import gateway, mock_backend
 from loadtests.results_file import fmt, write_results
 
@@ -78,29 +78,18 @@ class GatewayRun:
     other requests) or for a core (the backend and the client had both)."""
 
     wall_s: float
-    cpu_s: float  # on a CPU
-    wait_s: float  # runnable, but waiting for a CPU
-    wakes: int  # voluntary context switches: the loop went to sleep and was woken
+    spent: Counters  # on a CPU, runnable but waiting for one, the loop's sleeps
 
     def plus(self, other: GatewayRun) -> GatewayRun:
-        return GatewayRun(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+        return GatewayRun(self.wall_s + other.wall_s, self.spent.plus(other.spent))
 
     def summary(self) -> dict[str, float]:
+        cpu_s, wait_s, wakes = self.spent.cpu_s, self.spent.wait_s, self.spent.voluntary
         return {
-            "busy_share": self.cpu_s / self.wall_s if self.wall_s else 0.0,
-            "waited_share": self.wait_s / self.wall_s if self.wall_s else 0.0,
-            "wait_per_wake_us": self.wait_s / self.wakes * 1e6 if self.wakes else 0.0,
+            "busy_share": cpu_s / self.wall_s if self.wall_s else 0.0,
+            "waited_share": wait_s / self.wall_s if self.wall_s else 0.0,
+            "wait_per_wake_us": wait_s / wakes * 1e6 if wakes else 0.0,
         }
-
-
-def closed_workload(concurrency: int, requests: int, lengths: tuple[int, int]) -> Workload:
-    """The overhead runs' workload, with answer lengths drawn from ``lengths`` (min, max). One
-    length for every request keeps a closed loop's users in phase (their streams end together,
-    so their next heads come together); a range lets them drift apart."""
-    shape = overhead_workload(concurrency, requests)
-    low, high = lengths
-    shape["mix"] = [{"kind": "chat", "user_tokens": 64, "max_tokens": {"min": low, "max": high}}]
-    return parse_workload(shape)
 
 
 async def measure(
@@ -117,14 +106,16 @@ async def measure(
     async with mock_backend(MODEL) as (backend_url, _):
         config = one_backend_config("b1", backend_url)
         async with gateway(config, workers, env=env) as (url, pid):
-            warm = closed_workload(concurrency, max(concurrency * 4, 100), lengths)
+            warm = parse_workload(
+                overhead_workload(concurrency, max(concurrency * 4, 100), lengths)
+            )
             await run_lean(url, warm)
-            workload = closed_workload(concurrency, requests, lengths)
+            workload = parse_workload(overhead_workload(concurrency, requests, lengths))
             before, started = tree_total(pid), time.perf_counter()
             through = await run_lean(url, workload)
             spent, wall = tree_total(pid).minus(before), time.perf_counter() - started
             direct = await run_lean(backend_url, workload)
-    run = GatewayRun(wall, spent.cpu_s, spent.wait_s, spent.voluntary)
+    run = GatewayRun(wall, spent)
     return list(through.records), ttfts_ms(list(direct.records)), run
 
 
@@ -153,7 +144,7 @@ def report(
         },
         "entries_ms": entries,
         "gateway_process": {
-            **run.summary(), "cpu_per_request_us": run.cpu_s / max(len(records), 1) * 1e6,
+            **run.summary(), "cpu_per_request_us": run.spent.cpu_s / max(len(records), 1) * 1e6,
         },
         "slowest": [
             {"ttft_ms": (r.ttft_s or 0.0) * 1000.0, "sent_s": r.sent_s,
@@ -205,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sides = checkouts(args.src)
     pooled: dict[str, tuple[list[RequestRecord], list[float]]] = {n: ([], []) for n, _ in sides}
-    runs = {name: GatewayRun(0.0, 0.0, 0.0, 0) for name, _ in sides}
+    runs = {name: GatewayRun(0.0, Counters()) for name, _ in sides}
     for _ in range(args.rounds):
         for name, env in sides:
             records, direct_ms, run = uvloop.run(

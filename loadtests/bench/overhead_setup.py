@@ -27,8 +27,15 @@ MOCK_TTFT_MS = float(ENGINE["first_token_overhead_ms"])
 MOCK_ITL_MS = float(ENGINE["decode_base_ms"])
 
 
-def overhead_workload(concurrency: int, requests: int) -> dict[str, object]:
-    """``requests`` streamed chats (64 prompt tokens, 16 out), ``concurrency`` at a time."""
+def overhead_workload(
+    concurrency: int, requests: int, lengths: tuple[int, int] = (16, 16)
+) -> dict[str, object]:
+    """``requests`` streamed chats (64 prompt tokens, 16 out), ``concurrency`` at a time.
+    ``lengths``: answers drawn from min..max tokens instead. One length for every request
+    keeps a closed loop's users in phase (their streams end together, so their next heads
+    come together); a range lets them drift apart."""
+    low, high = lengths
+    max_tokens: object = low if low == high else {"min": low, "max": high}
     return {
         "name": f"overhead-c{concurrency}",
         "seed": 7,
@@ -36,7 +43,7 @@ def overhead_workload(concurrency: int, requests: int) -> dict[str, object]:
         "arrival": {"mode": "closed", "concurrency": concurrency},
         "limits": {"requests": requests},
         "request_timeout_s": 120,
-        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": 16}],
+        "mix": [{"kind": "chat", "user_tokens": 64, "max_tokens": max_tokens}],
     }
 
 
