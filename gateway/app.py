@@ -37,7 +37,7 @@ from gateway.quota.wiring import install_quotas
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
 from gateway.state.wiring import SharedState, install_shared_state
-from gateway.state_keys import CONFIG, METRICS, RELAY
+from gateway.state_keys import CONFIG, METRICS, RELAY, REUSE_PORT
 from routing.types import PolicyRouter
 
 log = logging.getLogger("meridian.app")
@@ -209,6 +209,7 @@ async def start_gateway(
     ``reuse_port``: bind with SO_REUSEPORT (the workers of ``--workers N``); ``prepare`` runs on
     the app before it starts."""
     app = build_app(config)
+    app[REUSE_PORT] = reuse_port  # the gRPC listener (gateway/grpc/mount.py) binds the same way
     if prepare is not None:
         prepare(app)
     # handler_cancellation: a client that goes away cancels its handler, and with it the

@@ -26,6 +26,7 @@ from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.config_warnings import config_warnings
 from gateway.drain import drain
 from gateway.heap import settle_after_start
+from gateway.listen_error import ListenerBindError
 from gateway.observability import log_format
 from gateway.reload import Reloader
 from gateway.state_keys import RELAY
@@ -35,9 +36,24 @@ from gateway.workers.worker import WorkerRole
 
 log = logging.getLogger("meridian.serve")
 
+_PORT_HINT = "choose another with --port, or PORT=... make run"
+
 
 class ListenError(Exception):
-    """The listening socket could not be opened (a port in use, an address not on this host)."""
+    """The listening socket could not be opened (a port in use, an address not on this host).
+    ``hint``: what to change."""
+
+    def __init__(self, message: str, hint: str = _PORT_HINT) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _listen_error(exc: OSError, where: str) -> ListenError:
+    """``exc`` as the operator reads it: the listener that failed, by its address."""
+    if isinstance(exc, ListenerBindError):  # the admin or gRPC listener, not --port's
+        return ListenError(f"cannot listen on {exc.where}: {exc.reason}", f"change {exc.setting}")
+    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+    return ListenError(f"cannot listen on {where}: {reason}")
 
 
 async def _start(
@@ -53,8 +69,7 @@ async def _start(
         )
     except OSError as exc:
         where = f"{host or config.listen.host}:{config.listen.port if port is None else port}"
-        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-        raise ListenError(f"cannot listen on {where}: {reason}") from exc
+        raise _listen_error(exc, where) from exc
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -70,11 +85,23 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "the CPUs this process may use (1 without --config: the embedded fleet is in-process)",
     )
     # Set by the supervisor of --workers N on each worker it starts; not for operators.
-    for flag in ("--worker-index", "--worker-count", "--admin-port"):
+    for flag in ("--worker-index", "--worker-count", "--admin-port", "--grpc-port"):
         parser.add_argument(flag, type=int, help=argparse.SUPPRESS)
     for flag in ("--runtime-dir", "--state-socket"):
         parser.add_argument(flag, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def _announce_grpc(app: web.Application) -> None:
+    """``meridian grpc on HOST:PORT`` after the admin line when the gRPC door is configured
+    (the bound port when ``listen.grpc_port`` is 0)."""
+    if app[RELAY].config.listen.grpc_port is None:
+        return
+    from gateway.grpc.mount import GRPC_SERVER  # grpc loads only when the door is configured
+
+    server = app.get(GRPC_SERVER)
+    if server is not None:
+        print(f"meridian grpc on {server.target}", flush=True)
 
 
 async def _drain_grpc(app: web.Application) -> None:
@@ -104,7 +131,12 @@ def _role(args: argparse.Namespace) -> WorkerRole | None:
     if args.worker_index is None:
         return None
     return WorkerRole(
-        args.worker_index, args.worker_count, args.runtime_dir, args.state_socket, args.admin_port
+        args.worker_index,
+        args.worker_count,
+        args.runtime_dir,
+        args.state_socket,
+        args.admin_port,
+        args.grpc_port,
     )
 
 
@@ -124,9 +156,8 @@ async def _supervise(args: argparse.Namespace, workers: int) -> int:
     plan = {"config": args.config, "host": host, "port": port, "workers": workers}
     try:
         return await supervise(config, {**plan, "log_level": args.log_level})
-    except OSError as exc:  # the port could not be reserved
-        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
-        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from exc
+    except OSError as exc:  # a port could not be reserved
+        raise _listen_error(exc, f"{host}:{port}") from exc
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -166,6 +197,7 @@ async def _serve(args: argparse.Namespace) -> int:
         log.info("admin listener (state, metrics, readiness details) on %s", gateway.admin_url)
         print(f"meridian listening on {gateway.url}", flush=True)
         print(f"meridian admin on {gateway.admin_url}", flush=True)  # the line after, always
+        _announce_grpc(gateway.app)
         await stop.wait()
         log.info("shutting down: draining")
         await _drain(gateway, stop_now)
@@ -192,7 +224,7 @@ def main(argv: list[str]) -> int:
         return 1
     except ListenError as exc:
         print(
-            f"meridian serve: {exc} (choose another with --port, or PORT=... make run)",
+            f"meridian serve: {exc} ({exc.hint})",
             file=sys.stderr,
         )
         return 1

@@ -21,13 +21,14 @@ from gateway.grpc.relay_backend import RelayBackend
 from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits
 from gateway.quota.limiter import QUOTAS
-from gateway.state_keys import CONFIG, METRICS, RELAY
+from gateway.state_keys import CONFIG, METRICS, RELAY, REUSE_PORT
 
 __all__ = ["GRPC_SERVER", "grpc_server_config", "grpc_server_ctx"]
 
 
-def grpc_server_config(config: GatewayConfig) -> GrpcServerConfig | None:
-    """The gRPC listener the gateway config asks for, or None when it asks for none."""
+def grpc_server_config(config: GatewayConfig, reuse_port: bool = False) -> GrpcServerConfig | None:
+    """The gRPC listener the gateway config asks for, or None when it asks for none.
+    ``reuse_port``: SO_REUSEPORT, as the workers of ``meridian serve --workers N`` bind."""
     port = config.listen.grpc_port
     if port is None:
         return None
@@ -44,6 +45,7 @@ def grpc_server_config(config: GatewayConfig) -> GrpcServerConfig | None:
         credentials=grpc_credentials(tls) if engine == "grpcio" else None,
         engine=engine,
         ssl_context=h2_context(tls) if engine == "h2" else None,
+        reuse_port=reuse_port,
     )
 
 
@@ -56,7 +58,7 @@ def h2_context(tls: ListenTlsConfig | None) -> ssl.SSLContext | None:
 
 
 async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
-    server_config = grpc_server_config(app[CONFIG])
+    server_config = grpc_server_config(app[CONFIG], app.get(REUSE_PORT, False))
     if server_config is None:
         yield
         return

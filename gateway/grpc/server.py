@@ -17,6 +17,7 @@ C-core poller thread between the loop and each call's operations).
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -32,6 +33,7 @@ from gateway.grpc.servicer import InferenceServicer, ServicerLimits
 from gateway.grpc.strict_decode import add_inference_servicer
 from gateway.grpc_h2.limits import H2Limits
 from gateway.lifecycle.seam import InferenceBackend
+from gateway.listen_error import ListenerBindError
 from proto.meridian.v1 import inference_pb2 as pb
 
 log = logging.getLogger("meridian.grpc")
@@ -60,6 +62,9 @@ class GrpcServerConfig:
     engine: GrpcEngine = "grpcio"
     # listen.tls for the h2 engine (ALPN h2 set on it); None: plaintext.
     ssl_context: ssl.SSLContext | None = None
+    # Bind with SO_REUSEPORT: the workers of `meridian serve --workers N` share one gRPC port
+    # (the supervisor holds it reserved), as they share the HTTP one.
+    reuse_port: bool = False
 
     def h2_limits(self) -> H2Limits:
         return H2Limits(self.max_receive_message_bytes, self.max_send_message_bytes)
@@ -71,6 +76,9 @@ class GrpcServerConfig:
             # Streams are long-lived and proxies drop idle connections: keep them alive.
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.http2.max_pings_without_data", 0),
+            # grpc turns SO_REUSEPORT on by default; said here so that both engines follow
+            # reuse_port (a lone gateway's port is not silently shared with another process).
+            ("grpc.so_reuseport", int(self.reuse_port)),
         ]
 
 
@@ -100,29 +108,47 @@ async def start_grpc_server(
 ) -> RunningGrpcServer:
     """Start serving on the running event loop; returns once the port is bound."""
     config = config or GrpcServerConfig()
+    where = f"{config.host}:{config.port}"
     if config.engine == "h2":
         from gateway.grpc_h2.server import H2GrpcServer  # loads h2 only when chosen
 
         h2_server = H2GrpcServer(config.h2_limits())
         health_servicer = _register(h2_server, backend, config)
-        port = await h2_server.start(config.host, config.port, config.ssl_context)
+        try:
+            port = await h2_server.start(
+                config.host, config.port, config.ssl_context, reuse_port=config.reuse_port
+            )
+        except OSError as exc:
+            raise ListenerBindError(where, "listen.grpc_port", exc.errno) from exc
         server: _Engine = h2_server
     else:
         aio_server = grpc.aio.server(options=config.channel_options())
         health_servicer = _register(aio_server, backend, config)
-        address = f"{config.host}:{config.port}"
-        if config.credentials is None:
-            port = aio_server.add_insecure_port(address)
-        else:
-            port = aio_server.add_secure_port(address, config.credentials)
+        try:  # grpc says a failed bind with RuntimeError (or a port of 0), never the errno
+            if config.credentials is None:
+                port = aio_server.add_insecure_port(where)
+            else:
+                port = aio_server.add_secure_port(where, config.credentials)
+        except RuntimeError as exc:
+            raise ListenerBindError(where, "listen.grpc_port", _bind_errno(config)) from exc
         if port == 0:
-            raise OSError(f"gRPC server could not bind {config.host}:{config.port}")
+            raise ListenerBindError(where, "listen.grpc_port", _bind_errno(config))
         await aio_server.start()
         server = aio_server
     for service in (OVERALL_HEALTH, INFERENCE_SERVICE):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     log.info("gRPC (%s) serving on %s:%d", config.engine, config.host, port)
     return RunningGrpcServer(server, health_servicer, config.host, port, config.grace_s)
+
+
+def _bind_errno(config: GrpcServerConfig) -> int | None:
+    """Why grpc could not bind, which it does not say: the errno of a bind of our own."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    try:
+        with socket.create_server((config.host, config.port), family=family):
+            return None
+    except OSError as exc:
+        return exc.errno
 
 
 def _register(

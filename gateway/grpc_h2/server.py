@@ -33,6 +33,9 @@ class _CallDetails:
     invocation_metadata: tuple[tuple[str, str | bytes], ...] = ()
 
 
+_LISTEN_BACKLOG = 4096  # as grpc.aio's listener and the HTTP one (asyncio's default is 100)
+
+
 class H2GrpcServer:
     def __init__(self, limits: H2Limits | None = None) -> None:
         self.limits = limits or H2Limits()
@@ -66,11 +69,24 @@ class H2GrpcServer:
 
     # -- serving ------------------------------------------------------------------------------
 
-    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
-        """Listen on the running loop; returns the bound port."""
+    async def start(
+        self,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        reuse_port: bool = False,
+    ) -> int:
+        """Listen on the running loop; returns the bound port. ``reuse_port``: SO_REUSEPORT (the
+        workers of ``meridian serve --workers N`` share the port)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: GrpcConnection(self), host, port, ssl=ssl_context
+            lambda: GrpcConnection(self),
+            host,
+            port,
+            ssl=ssl_context,
+            reuse_port=reuse_port,
+            backlog=_LISTEN_BACKLOG,
         )
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound

@@ -1,6 +1,7 @@
 """The supervisor of ``meridian serve --workers N``.
 
-It reserves the port (``ports.reserve_port``), hosts the workers' shared state when the config
+It reserves the ports (``ports.reserve_port``: the public one, the admin listener's and, when
+configured, the gRPC listener's), hosts the workers' shared state when the config
 keeps state in memory (with ``state.backend: redis`` the workers share Redis instead, as
 replicas on different hosts do), starts N ``meridian serve`` workers that each bind their own
 ``SO_REUSEPORT`` listener and run their own event loop, and prints ``meridian listening on
@@ -17,12 +18,14 @@ import contextlib
 import logging
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.config import GatewayConfig
+from gateway.listen_error import ListenerBindError
 from gateway.state.connect import retention_of
 from gateway.state.host_server import HostStateServer
 from gateway.workers.ports import reserve_port
@@ -45,6 +48,8 @@ class WorkerPlan:
     admin_host: str
     admin_port: int
     scheme: str = "http"  # https with listen.tls
+    grpc_host: str = ""
+    grpc_port: int | None = None  # listen.grpc_port reserved (None: no gRPC listener)
 
     def argv(self, index: int) -> list[str]:
         argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", self.config_path]
@@ -53,6 +58,8 @@ class WorkerPlan:
         argv += ["--runtime-dir", self.runtime_dir, "--admin-port", str(self.admin_port)]
         if self.state_socket is not None:
             argv += ["--state-socket", self.state_socket]
+        if self.grpc_port is not None:
+            argv += ["--grpc-port", str(self.grpc_port)]
         return argv
 
 
@@ -97,20 +104,23 @@ class _Workers:
 async def supervise(config: GatewayConfig, plan_args: dict[str, object]) -> int:
     """Run the workers until they have all exited; returns the exit code."""
     host, port = str(plan_args["host"]), int(str(plan_args["port"]))
-    runtime = tempfile.mkdtemp(prefix="meridian-workers-")
-    reserved = reserve_port(host, port)
-    admin_host = config.admin.host
-    try:  # the admin listener's port is shared by the workers the same way
-        admin = reserve_port(admin_host, config.admin.port_for(port))
-    except BaseException:
-        reserved.close()
-        raise
-    store: HostStateServer | None = None
-    try:
+    grpc_port = config.listen.grpc_port
+    async with contextlib.AsyncExitStack() as held:
+        # The ports stay ours while workers come and go; the admin and gRPC listeners' ports
+        # are shared by the workers the same way as the public one.
+        reserved = held.enter_context(reserve_port(host, port))
+        admin_port = config.admin.port_for(port)
+        admin = held.enter_context(_reserve(config.admin.host, admin_port, "admin.port"))
+        grpc = None
+        if grpc_port is not None:
+            grpc = held.enter_context(_reserve(config.listen.host, grpc_port, "listen.grpc_port"))
+        runtime = tempfile.mkdtemp(prefix="meridian-workers-")
+        held.callback(shutil.rmtree, runtime, ignore_errors=True)
         socket_path = None
         if config.state.backend == "memory":
             socket_path = str(Path(runtime) / "state.sock")
             store = HostStateServer(socket_path, retention_of(config.state))
+            held.push_async_callback(store.close)
             await store.start()
         plan = WorkerPlan(
             config_path=str(plan_args["config"]),
@@ -120,17 +130,21 @@ async def supervise(config: GatewayConfig, plan_args: dict[str, object]) -> int:
             runtime_dir=runtime,
             log_level=str(plan_args["log_level"]),
             state_socket=socket_path,
-            admin_host=admin_host,
+            admin_host=config.admin.host,
             admin_port=admin.getsockname()[1],
             scheme="http" if config.listen.tls is None else "https",
+            grpc_host=config.listen.host,
+            grpc_port=None if grpc is None else grpc.getsockname()[1],
         )
         return await _run(plan)
-    finally:
-        reserved.close()
-        admin.close()
-        if store is not None:
-            await store.close()
-        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _reserve(host: str, port: int, setting: str) -> socket.socket:
+    """``reserve_port`` for a listener other than the public one: a failure names its port."""
+    try:
+        return reserve_port(host, port)
+    except OSError as exc:
+        raise ListenerBindError(f"{host}:{port}", setting, exc.errno) from exc
 
 
 async def _run(plan: WorkerPlan) -> int:
@@ -154,5 +168,7 @@ async def _run(plan: WorkerPlan) -> int:
     log.info("%d workers listening on %s:%d", plan.count, plan.host, plan.port)
     print(f"meridian listening on {plan.scheme}://{plan.host}:{plan.port}", flush=True)
     print(f"meridian admin on http://{plan.admin_host}:{plan.admin_port}", flush=True)
+    if plan.grpc_port is not None:
+        print(f"meridian grpc on {plan.grpc_host}:{plan.grpc_port}", flush=True)
     await asyncio.gather(*(workers.watch(i) for i in range(plan.count)))
     return workers.exit_code

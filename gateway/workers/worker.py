@@ -22,16 +22,21 @@ class WorkerRole:
     runtime_dir: str
     state_socket: str | None  # the supervisor's host store; None: the config's own store
     admin_port: int | None = None  # the admin port the supervisor reserved for every worker
+    grpc_port: int | None = None  # the gRPC port it reserved (listen.grpc_port set; 0 resolved)
 
     def socket(self, index: int) -> str:
         return str(Path(self.runtime_dir) / f"worker-{index}.sock")
 
     def adjust(self, config: GatewayConfig) -> GatewayConfig:
-        """The config as this worker runs it: state in the host store when the file keeps it
-        in memory (applied to every reload too, so a reload never sees a 'state' change)."""
+        """The config as this worker runs it: the ports the supervisor reserved, and state in
+        the host store when the file keeps it in memory (applied to every reload too, so a
+        reload never sees a 'state' change)."""
         update: dict[str, object] = {}
         if self.admin_port is not None:
             update["admin"] = config.admin.model_copy(update={"port": self.admin_port})
+        if self.grpc_port is not None and config.listen.grpc_port is not None:
+            # a reload that removes the gRPC port keeps it removed
+            update["listen"] = config.listen.model_copy(update={"grpc_port": self.grpc_port})
         if self.state_socket is not None and config.state.backend == "memory":
             update["state"] = config.state.model_copy(
                 update={"backend": "host", "url": f"unix://{self.state_socket}"}

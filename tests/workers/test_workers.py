@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 import yaml
 
+from gateway.grpc.client import inference_stub
 from gateway.workers.metrics_view import merge
 from gateway.workers.ports import usable_cores
 from loadtests.emulator.config import EngineParams
+from tests.grpc.grpc_support import chat as grpc_chat
 from tests.servers import emulators
 
 MODEL = "workers-model"
@@ -49,6 +52,7 @@ class Served:
         self, process: asyncio.subprocess.Process, url: str, admin_url: str, config: Path
     ) -> None:
         self.process, self.url, self.admin_url, self.config = process, url, admin_url, config
+        self.grpc_target = ""  # host:port, when the config has a gRPC listener
 
     async def get_json(self, path: str) -> Any:
         """From the admin listener (state, metrics), which every worker binds too."""
@@ -94,9 +98,14 @@ def _sample(text: str, name: str, **labels: str) -> float:
 
 @contextlib.asynccontextmanager
 async def _serve(
-    tmp_path: Path, backend_url: str, workers: int = 2, **state: object
+    tmp_path: Path,
+    backend_url: str,
+    workers: int = 2,
+    listen: dict[str, object] | None = None,
+    **state: object,
 ) -> AsyncIterator[Served]:
     config = {
+        "listen": listen or {},
         "backends": [
             {"name": "b1", "region": "local", "url": backend_url + "/v1", "models": [MODEL]}
         ],
@@ -117,7 +126,12 @@ async def _serve(
         assert line.startswith("meridian listening on "), line
         admin = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
         assert admin.startswith("meridian admin on "), admin
-        yield Served(process, line.split()[-1], admin.split()[-1], path)
+        served = Served(process, line.split()[-1], admin.split()[-1], path)
+        if listen and "grpc_port" in listen:
+            grpc_line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+            assert grpc_line.startswith("meridian grpc on "), grpc_line
+            served.grpc_target = grpc_line.split()[-1]
+        yield served
     finally:
         if process.returncode is None:
             process.terminate()
@@ -157,6 +171,37 @@ async def test_two_workers_share_one_port_and_one_metrics_view(
             return _sample(page, "meridian_workers_answering") == 2 and total == sent
 
         await _wait_for(every_request_counted_by_both)
+
+
+_OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+
+
+@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+async def test_two_workers_share_one_grpc_port(
+    tmp_path: Path, backend_url: str, engine: str
+) -> None:
+    """``listen.grpc_port: 0`` with two workers: the supervisor reserves one port and says which,
+    both workers serve gRPC on it (each engine binds SO_REUSEPORT), each new connection placed
+    by the kernel. Before, an h2 worker could not bind the port and the gateway did not start."""
+    async with _serve(
+        tmp_path, backend_url, listen={"grpc_port": 0, "grpc_engine": engine}
+    ) as served:
+        assert int(served.grpc_target.rsplit(":", 1)[1]) > 0
+
+        async def both_served() -> bool:
+            # a new connection (not one from grpc's process-wide pool): the kernel places it
+            async with grpc.aio.insecure_channel(
+                served.grpc_target, options=_OWN_CONNECTION
+            ) as channel:
+                call = inference_stub(channel).ChatCompletion(grpc_chat(model=MODEL))
+                assert [chunk async for chunk in call]
+            page = await served.metrics()
+            return all(
+                _sample(page, "meridian_requests_total", worker=w, protocol="grpc", status="200")
+                for w in "01"
+            )
+
+        await _wait_for(both_served)
 
 
 async def test_workers_route_as_one(tmp_path: Path) -> None:
