@@ -25,6 +25,7 @@ import h2.settings
 import hpack
 
 from gateway.grpc_h2.call import Call, Cancel
+from gateway.grpc_h2.flood import FloodGuard
 from gateway.grpc_h2.wire import RESPONSE_HEADERS, Header, WireError, call_headers, status_headers
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class GrpcConnection(asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
         self._heard = False  # a byte from the client since the last keepalive check
         self._ping_sent = False
+        self._flood = FloodGuard(self.limits.flood, self.loop.time())
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -141,6 +143,7 @@ class GrpcConnection(asyncio.Protocol):
             if isinstance(event, h2.events.DataReceived):
                 self._on_data(event)
             elif isinstance(event, h2.events.RequestReceived):
+                self._flood.on_stream_opened()
                 self._on_request(event)
             elif isinstance(event, h2.events.StreamEnded):
                 call = self.calls.get(event.stream_id)
@@ -150,13 +153,23 @@ class GrpcConnection(asyncio.Protocol):
                 call = self.calls.pop(event.stream_id, None)
                 if call is not None:
                     call.cancel(Cancel.RESET)
+                    if flood := self._flood.on_client_reset():
+                        self.calm_down(flood)
+                        return
             elif isinstance(event, h2.events.WindowUpdated):
                 self._wake_writers(event.stream_id)
             elif isinstance(event, h2.events.RemoteSettingsChanged):
+                if flood := self._flood.on_settings(self.loop.time()):
+                    self.calm_down(flood)
+                    return
                 if self._handshake is not None:
                     self._handshake.cancel()
                     self._handshake = None
                 self._wake_writers(0)  # INITIAL_WINDOW_SIZE may have grown every window
+            elif isinstance(event, h2.events.PingReceived):
+                if flood := self._flood.on_ping(self.loop.time()):
+                    self.calm_down(flood)
+                    return
             elif isinstance(event, h2.events.PingAckReceived) and self._ping_sent:
                 self._ping_sent = False  # answered: the next check a whole period from now
                 self._schedule_keepalive(self.limits.keepalive_time_s)
@@ -225,6 +238,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def send_headers(self, stream_id: int, headers: list[Header]) -> None:
         self.h2.send_headers(stream_id, headers)
+        self._flood.on_sent()
         self._schedule_write()
 
     async def send_data(self, call: Call, data: bytes) -> None:
@@ -240,6 +254,7 @@ class GrpcConnection(asyncio.Protocol):
             size = min(size, h2conn.max_outbound_frame_size)
             if len(data) <= size:
                 h2conn.send_data(stream_id, data)
+                self._flood.on_sent()
                 break
             if size > 0:  # a frame's worth now, the rest in the next round
                 h2conn.send_data(stream_id, data[:size])
@@ -336,6 +351,17 @@ class GrpcConnection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    def calm_down(self, reason: str) -> None:
+        """Over a flood bound (gateway/grpc_h2/flood.py): GOAWAY ENHANCE_YOUR_CALM with the
+        reason, as grpc-core sends it, and close (the calls are cancelled as the connection
+        goes)."""
+        log.warning("gRPC (h2) connection from %s closed: %s", self.peer, reason)
+        if self.transport is not None:
+            code = h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+            self.h2.close_connection(error_code=code, additional_data=reason.encode())
+            self._write()
+        self.close()
 
     def goaway(self) -> None:
         """Tell the client the connection is closing (after every call has ended)."""

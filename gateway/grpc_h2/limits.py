@@ -4,7 +4,9 @@ flow-control window has a timeout, so a silent client cannot hold a task or an u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from gateway.grpc_h2.flood import FloodLimits
 
 MiB = 1024 * 1024
 
@@ -27,3 +29,5 @@ class H2Limits:
     # cancelled, their upstreams with them): a peer that vanished without a FIN.
     keepalive_time_s: float = 30.0
     keepalive_timeout_s: float = 20.0
+    # What a client may make us do without asking for a response (PINGs, SETTINGS, resets).
+    flood: FloodLimits = field(default_factory=FloodLimits)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,9 @@ import h2.connection
 import h2.events
 import h2.settings
 
+from gateway.grpc.server import GrpcServerConfig, RunningGrpcServer, serving_grpc
+from gateway.grpc_h2.limits import H2Limits
+from gateway.grpc_h2.server import H2GrpcServer
 from gateway.lifecycle.seam import (
     BackendEvent,
     BackendRequest,
@@ -23,6 +27,7 @@ from gateway.lifecycle.seam import (
     StreamEnded,
     StreamOpened,
 )
+from tests.grpc.grpc_support import chat
 from tests.servers import hang_bound
 
 CHAT_PATH = b"/meridian.v1.Inference/ChatCompletion"
@@ -137,3 +142,32 @@ class GatedBackend:
 
     async def list_models(self) -> Sequence[ModelEntry]:
         return []
+
+
+ENVELOPE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
+
+
+def token(text: str) -> dict[str, Any]:
+    return {**ENVELOPE, "choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+@asynccontextmanager
+async def h2_server(
+    backend: GatedBackend, limits: H2Limits | None = None
+) -> AsyncIterator[tuple[RunningGrpcServer, H2GrpcServer]]:
+    config = GrpcServerConfig(engine="h2")
+    async with serving_grpc(backend, config) as running:
+        engine = running.server
+        assert isinstance(engine, H2GrpcServer)
+        if limits is not None:
+            engine.limits = limits  # read by each new connection
+        yield running, engine
+
+
+async def send_chat(client: RawClient, stream_id: int = 1, *extra: tuple[bytes, bytes]) -> None:
+    body = grpc_frame(chat(max_tokens=5).SerializeToString())
+    client.h2.send_headers(
+        stream_id, request_headers(b"/meridian.v1.Inference/ChatCompletion", *extra)
+    )
+    client.h2.send_data(stream_id, body, end_stream=True)
+    client.flush()

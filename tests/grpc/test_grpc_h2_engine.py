@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import grpc
@@ -16,54 +15,32 @@ import h2.settings
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.grpc.server import GrpcServerConfig, RunningGrpcServer, serving_grpc
 from gateway.grpc_h2.limits import H2Limits
-from gateway.grpc_h2.server import H2GrpcServer
 from gateway.lifecycle.seam import BackendEvent, BackendRequest, StreamOpened
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import chat
-from tests.grpc.h2_client import GatedBackend, RawClient, grpc_frame, request_headers
+from tests.grpc.h2_client import (
+    GatedBackend,
+    RawClient,
+    grpc_frame,
+    h2_server,
+    request_headers,
+    send_chat,
+    token,
+)
 from tests.servers import settle
-
-ENVELOPE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
-
-
-def _token(text: str) -> dict[str, Any]:
-    return {**ENVELOPE, "choices": [{"index": 0, "delta": {"content": text}}]}
-
-
-@asynccontextmanager
-async def h2_server(
-    backend: GatedBackend, limits: H2Limits | None = None
-) -> AsyncIterator[tuple[RunningGrpcServer, H2GrpcServer]]:
-    config = GrpcServerConfig(engine="h2")
-    async with serving_grpc(backend, config) as running:
-        engine = running.server
-        assert isinstance(engine, H2GrpcServer)
-        if limits is not None:
-            engine.limits = limits  # read by each new connection
-        yield running, engine
 
 
 def _call_tasks() -> list[asyncio.Task[Any]]:
     return [t for t in asyncio.all_tasks() if "Call._run" in repr(t.get_coro())]
 
 
-async def _send_chat(client: RawClient, stream_id: int = 1, *extra: tuple[bytes, bytes]) -> None:
-    body = grpc_frame(chat(max_tokens=5).SerializeToString())
-    client.h2.send_headers(
-        stream_id, request_headers(b"/meridian.v1.Inference/ChatCompletion", *extra)
-    )
-    client.h2.send_data(stream_id, body, end_stream=True)
-    client.flush()
-
-
 async def test_headers_and_the_first_message_leave_in_one_write() -> None:
-    backend = GatedBackend(_token("Hello"), _token(" world"))
+    backend = GatedBackend(token("Hello"), token(" world"))
     async with h2_server(backend) as (running, engine):
         client = await RawClient.connect(running.port)
         writes_before = engine.transport_writes
-        await _send_chat(client)
+        await send_chat(client)
         await client.until(lambda: client.seen(h2.events.DataReceived, 1))
         # The backend is held at its gate: nothing else of this call is due yet.
         assert engine.transport_writes - writes_before == 1
@@ -83,7 +60,7 @@ async def test_headers_and_the_first_message_leave_in_one_write() -> None:
 async def test_a_call_is_timed_from_its_headers_not_from_its_message() -> None:
     # The servicer starts once the request message is in; the call arrived with its HEADERS,
     # and its timing entries and deadline count from then (as the HTTP door counts a body).
-    backend = GatedBackend(_token("Hello"))
+    backend = GatedBackend(token("Hello"))
     async with h2_server(backend) as (running, engine):
         client = await RawClient.connect(running.port)
         client.h2.send_headers(1, request_headers())
@@ -101,10 +78,10 @@ async def test_a_call_is_timed_from_its_headers_not_from_its_message() -> None:
 
 
 async def test_a_reset_stream_closes_the_backend_and_leaves_no_task() -> None:
-    backend = GatedBackend(_token("Hello"), _token(" world"))
+    backend = GatedBackend(token("Hello"), token(" world"))
     async with h2_server(backend) as (running, engine):
         client = await RawClient.connect(running.port)
-        await _send_chat(client)
+        await send_chat(client)
         await client.until(lambda: client.seen(h2.events.DataReceived, 1))
         client.h2.reset_stream(1, h2.errors.ErrorCodes.CANCEL)
         client.flush()
@@ -114,12 +91,12 @@ async def test_a_reset_stream_closes_the_backend_and_leaves_no_task() -> None:
 
 
 async def test_a_client_that_stops_reading_is_reset_and_its_backend_closed() -> None:
-    backend = GatedBackend(_token("Hello"), _token("x" * 2000))
+    backend = GatedBackend(token("Hello"), token("x" * 2000))
     stall = H2Limits(write_stall_timeout_s=0.2)
     async with h2_server(backend, stall) as (running, _):
         client = await RawClient.connect(running.port, initial_window=100)
         client.acknowledge = False  # the window never reopens
-        await _send_chat(client)
+        await send_chat(client)
         await client.until(lambda: client.seen(h2.events.DataReceived, 1))
         backend.gate.set()  # the next message does not fit the 100-byte window
         await client.until(lambda: client.seen(h2.events.StreamReset, 1))
@@ -131,13 +108,13 @@ async def test_a_client_that_stops_reading_is_reset_and_its_backend_closed() -> 
 
 
 async def test_a_small_window_is_respected_and_the_stream_completes() -> None:
-    tokens = [_token(f"token-{i}-" + "y" * 150) for i in range(6)]
+    tokens = [token(f"token-{i}-" + "y" * 150) for i in range(6)]
     backend = GatedBackend(*tokens)
     backend.gate.set()
     async with h2_server(backend) as (running, _):
         # The h2 client itself raises FlowControlError if the server overruns its window.
         client = await RawClient.connect(running.port, initial_window=64)
-        await _send_chat(client)
+        await send_chat(client)
         await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
         raw, messages = client.data(1), []
         while raw:
@@ -152,7 +129,7 @@ async def test_a_small_window_is_respected_and_the_stream_completes() -> None:
 
 
 async def test_a_request_that_never_comes_ends_cancelled_trailers_only() -> None:
-    backend = GatedBackend(_token("Hello"))
+    backend = GatedBackend(token("Hello"))
     async with h2_server(backend, H2Limits(read_timeout_s=0.2)) as (running, engine):
         client = await RawClient.connect(running.port)
         client.h2.send_headers(1, request_headers())  # and then no message, no END_STREAM
@@ -168,10 +145,10 @@ async def test_a_request_that_never_comes_ends_cancelled_trailers_only() -> None
 
 
 async def test_the_servers_own_deadline_ends_the_call_and_closes_the_backend() -> None:
-    backend = GatedBackend(_token("Hello"))
+    backend = GatedBackend(token("Hello"))
     async with h2_server(backend) as (running, _):
         client = await RawClient.connect(running.port)
-        await _send_chat(client, 1, (b"grpc-timeout", b"200m"))
+        await send_chat(client, 1, (b"grpc-timeout", b"200m"))
         await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
         assert client.header_blocks(1)[-1][b"grpc-status"] == b"4"  # DEADLINE_EXCEEDED
         await settle(lambda: backend.closed and not _call_tasks())
@@ -191,7 +168,7 @@ async def test_the_servers_own_deadline_ends_the_call_and_closes_the_backend() -
     ids=["unknown-method", "not-grpc", "bad-timeout"],
 )
 async def test_refused_calls_are_trailers_only(headers: list[Any], status: bytes) -> None:
-    async with h2_server(GatedBackend(_token("x"))) as (running, _):
+    async with h2_server(GatedBackend(token("x"))) as (running, _):
         client = await RawClient.connect(running.port)
         client.h2.send_headers(1, headers, end_stream=True)
         client.flush()
@@ -203,7 +180,7 @@ async def test_refused_calls_are_trailers_only(headers: list[Any], status: bytes
 
 async def test_unknown_method_with_the_grpcio_client() -> None:
     async with (
-        h2_server(GatedBackend(_token("x"))) as (running, _),
+        h2_server(GatedBackend(token("x"))) as (running, _),
         grpc.aio.insecure_channel(running.target) as channel,
     ):
         method = channel.unary_unary("/no.such.Service/Method")
@@ -214,7 +191,7 @@ async def test_unknown_method_with_the_grpcio_client() -> None:
 
 async def test_health_watch_streams_the_status_change_on_drain() -> None:
     async with (
-        h2_server(GatedBackend(_token("x"))) as (running, _),
+        h2_server(GatedBackend(token("x"))) as (running, _),
         grpc.aio.insecure_channel(running.target) as channel,
     ):
         watch = health_pb2_grpc.HealthStub(channel).Watch(
@@ -227,10 +204,10 @@ async def test_health_watch_streams_the_status_change_on_drain() -> None:
 
 
 async def test_stop_ends_an_open_call_unavailable_and_closes_its_backend() -> None:
-    backend = GatedBackend(_token("Hello"))
+    backend = GatedBackend(token("Hello"))
     async with h2_server(backend) as (running, engine):
         client = await RawClient.connect(running.port)
-        await _send_chat(client)
+        await send_chat(client)
         await client.until(lambda: client.seen(h2.events.DataReceived, 1))
         await running.close(grace_s=0)
         await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
@@ -240,7 +217,7 @@ async def test_stop_ends_an_open_call_unavailable_and_closes_its_backend() -> No
 
 
 async def test_bytes_a_call_never_read_are_given_back_to_the_connection() -> None:
-    backend = GatedBackend(_token("Hello"))
+    backend = GatedBackend(token("Hello"))
     backend.gate.set()
     async with h2_server(backend) as (running, _):
         client = await RawClient.connect(running.port)
@@ -264,7 +241,7 @@ SILENT = H2Limits(keepalive_time_s=0.05, keepalive_timeout_s=0.05)
 
 
 async def test_a_client_that_answers_keepalive_pings_keeps_its_connection() -> None:
-    async with h2_server(GatedBackend(_token("x")), ANSWERED) as (running, engine):
+    async with h2_server(GatedBackend(token("x")), ANSWERED) as (running, engine):
         client = await RawClient.connect(running.port)
 
         def pings() -> int:
@@ -276,7 +253,7 @@ async def test_a_client_that_answers_keepalive_pings_keeps_its_connection() -> N
 
 
 async def test_a_silent_peer_is_closed_after_an_unanswered_ping() -> None:
-    async with h2_server(GatedBackend(_token("x")), SILENT) as (running, engine):
+    async with h2_server(GatedBackend(token("x")), SILENT) as (running, engine):
         client = await RawClient.connect(running.port)
         await settle(lambda: not engine.connections)  # it never read the PING
         with pytest.raises(ConnectionError):
@@ -289,9 +266,9 @@ async def test_metadata_grpc_does_not_allow_ends_the_call_internal() -> None:
         async def stream(self, request: BackendRequest) -> AsyncGenerator[BackendEvent, None]:
             yield StreamOpened((("x-meridian-route", "line\r\nbreak"),))
 
-    async with h2_server(BadMetadata(_token("x"))) as (running, _):
+    async with h2_server(BadMetadata(token("x"))) as (running, _):
         client = await RawClient.connect(running.port)
-        await _send_chat(client)
+        await send_chat(client)
         await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
         (only,) = client.header_blocks(1)
         assert only[b"grpc-status"] == b"13" and b"x-meridian-route" not in only
@@ -299,11 +276,11 @@ async def test_metadata_grpc_does_not_allow_ends_the_call_internal() -> None:
 
 
 async def test_a_message_larger_than_a_frame_is_sent_in_frames_without_waiting() -> None:
-    backend = GatedBackend(_token("Hello"), _token("z" * 40_000))  # 16 KiB frames, 64 KiB window
+    backend = GatedBackend(token("Hello"), token("z" * 40_000))  # 16 KiB frames, 64 KiB window
     backend.gate.set()
     async with h2_server(backend) as (running, _):
         client = await RawClient.connect(running.port)
-        await _send_chat(client)
+        await send_chat(client)
         await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
         raw, contents = client.data(1), []
         while raw:
@@ -316,7 +293,7 @@ async def test_a_message_larger_than_a_frame_is_sent_in_frames_without_waiting()
 
 
 async def test_a_stream_beyond_the_limit_is_refused_and_the_connection_goes_on() -> None:
-    backend = GatedBackend(_token("Hello"), _token(" world"))
+    backend = GatedBackend(token("Hello"), token(" world"))
     async with h2_server(backend, H2Limits(max_concurrent_streams=2)) as (running, _):
         client = await RawClient.connect(running.port)
         # The raw client would enforce the server's limit itself: lift it on the client's side.
@@ -347,7 +324,7 @@ async def test_a_stream_beyond_the_limit_is_refused_and_the_connection_goes_on()
         )
         # A call after them on the same connection: still open, and HPACK still in step (the
         # refused block was decoded, so the client's dynamic-table entries match the server's).
-        await _send_chat(client, 7)
+        await send_chat(client, 7)
         await client.until(lambda: client.seen(h2.events.StreamEnded, 7))
         for stream_id in (1, 3, 7):
             assert client.header_blocks(stream_id)[-1][b"grpc-status"] == b"0"
