@@ -15,6 +15,7 @@ import h2.settings
 
 from gateway.grpc_h2.flood import FloodLimits
 from gateway.grpc_h2.limits import H2Limits
+from gateway.grpc_h2.server import H2GrpcServer
 from tests.grpc.h2_client import (
     GatedBackend,
     RawClient,
@@ -37,12 +38,17 @@ def _goaway(client: RawClient) -> h2.events.ConnectionTerminated | None:
     return ends[0] if ends else None
 
 
-async def _until_goaway(client: RawClient) -> h2.events.ConnectionTerminated:
+async def _calmed(client: RawClient, engine: H2GrpcServer, reason: bytes) -> None:
+    """The client got GOAWAY ENHANCE_YOUR_CALM for ``reason``; the connection and its calls are
+    gone from the server."""
     with contextlib.suppress(ConnectionError):  # the server closes right after its GOAWAY
         await client.until(lambda: _goaway(client) is not None)
     goaway = _goaway(client)
     assert goaway is not None, client.events
-    return goaway
+    assert (goaway.error_code, goaway.additional_data) == (CALM, reason)
+    await settle(lambda: not engine.connections and engine.active_calls() == 0)
+    await settle(lambda: not _call_tasks())
+    await client.close()
 
 
 async def test_pings_with_nothing_sent_between_them_are_struck_out() -> None:
@@ -51,10 +57,7 @@ async def test_pings_with_nothing_sent_between_them_are_struck_out() -> None:
         for n in range(4):  # the first sets the clock; then strikes 1, 2 and 3 (> 2)
             client.h2.ping(b"flood-%02d" % n)
         client.flush()
-        goaway = await _until_goaway(client)
-        assert (goaway.error_code, goaway.additional_data) == (CALM, b"too_many_pings")
-        await settle(lambda: not engine.connections)
-        await client.close()
+        await _calmed(client, engine, b"too_many_pings")
 
 
 async def test_pings_between_the_servers_messages_are_never_strikes() -> None:
@@ -77,10 +80,7 @@ async def test_a_settings_flood_is_cut_off() -> None:
         for window in range(65_536, 65_536 + 6):
             client.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
         client.flush()
-        goaway = await _until_goaway(client)
-        assert (goaway.error_code, goaway.additional_data) == (CALM, b"too_many_settings")
-        await settle(lambda: not engine.connections)
-        await client.close()
+        await _calmed(client, engine, b"too_many_settings")
 
 
 async def test_streams_reset_as_they_open_close_the_connection_and_leave_nothing() -> None:
@@ -91,11 +91,7 @@ async def test_streams_reset_as_they_open_close_the_connection_and_leave_nothing
             client.h2.send_headers(stream_id, request_headers())
             client.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
         client.flush()
-        goaway = await _until_goaway(client)
-        assert (goaway.error_code, goaway.additional_data) == (CALM, b"too_many_resets")
-        await settle(lambda: not engine.connections and engine.active_calls() == 0)
-        await settle(lambda: not _call_tasks())
-        await client.close()
+        await _calmed(client, engine, b"too_many_resets")
 
 
 async def test_a_client_that_cancels_some_of_its_calls_keeps_its_connection() -> None:
