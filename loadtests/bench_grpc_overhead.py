@@ -24,7 +24,8 @@ leaves out the gRPC machinery of the client and of any gRPC server.
 (``listen.grpc_engine``). ``grpcio`` is the side ``gateway`` (over ``direct_grpc``, a grpc.aio
 bare door); ``h2`` is ``gateway_h2`` (over ``direct_grpc_h2``, an h2 bare door), each its own
 gateway process with its own HTTP door, all interleaved in every round. ``--src`` gateways run
-grpcio (their code may predate the h2 engine). The load average is taken before every round.
+their own checkout's default engine (h2 since session 26, grpcio before; their gRPC side is read
+over ``direct_grpc``). The load average is taken before every round.
 """
 
 from __future__ import annotations
@@ -209,10 +210,12 @@ async def measure(
     """Per concurrency, per side: the pooled samples of every round (sides interleaved).
     ``loads`` gets each level's 1-minute load average before each round."""
     levels: dict[int, dict[str, Side]] = {}
-    gateways: dict[str, tuple[str, dict[str, str] | None]] = {
+    # (engine, env): a --src gateway runs its own checkout's default engine (None), since its
+    # config may predate the field
+    gateways: dict[str, tuple[str | None, dict[str, str] | None]] = {
         GATEWAY_NAME[engine]: (engine, None) for engine in engines
     }
-    gateways.update({name: ("grpcio", _env(src)) for name, src in (sources or {}).items()})
+    gateways.update({name: (None, _env(src)) for name, src in (sources or {}).items()})
     async with contextlib.AsyncExitStack() as stack:
         backend_url, _ = await stack.enter_async_context(
             emulated_backend("grpc-overhead", MODEL, ENGINE)
@@ -231,11 +234,11 @@ async def measure(
             side = DIRECT_GRPC[engine]
             measures[side] = grpc_measure(inference_stub(direct_channel), max_tokens)
             pids[side] = direct_pid
-        for name, (engine, env) in gateways.items():
+        for name, (gateway_engine, env) in gateways.items():
             grpc_port = _free_port()
             listen = {"host": "127.0.0.1", "grpc_port": grpc_port}
-            if engine != "grpcio":  # a --src gateway's config may not know the field
-                listen["grpc_engine"] = engine
+            if gateway_engine is not None:
+                listen["grpc_engine"] = gateway_engine
             config = {"listen": listen, "backends": [{**backend, "max_connections": 4096}]}
             url, pid = await stack.enter_async_context(gateway(config, 1, env))
             channel = await stack.enter_async_context(

@@ -1,4 +1,4 @@
-"""The grpc.aio server: Inference + standard health + reflection, on the caller's event loop.
+"""The gRPC server: Inference + standard health + reflection, on the caller's event loop.
 
 It runs in the same process and on the same (uv)loop as the aiohttp server: start it from an
 aiohttp ``cleanup_ctx`` entry (:func:`grpc_cleanup_ctx`) or any ``async with``
@@ -9,9 +9,9 @@ Oversized messages are refused by gRPC itself with RESOURCE_EXHAUSTED ("received
 than max"); a request within the gRPC limit whose JSON body exceeds the HTTP door's limit gets
 INVALID_ARGUMENT from the servicer.
 
-Two engines serve the same servicers (``GrpcServerConfig.engine``): ``grpcio`` (grpc.aio, the
-default) and ``h2`` (:mod:`gateway.grpc_h2`: HTTP/2 in Python on the event loop itself, with no
-C-core poller thread between the loop and each call's operations).
+Two engines serve the same servicers (``GrpcServerConfig.engine``): ``h2`` (the default,
+:mod:`gateway.grpc_h2`: HTTP/2 in Python on the event loop itself, with no C-core poller thread
+between the loop and each call's operations) and ``grpcio`` (grpc.aio).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class GrpcServerConfig:
     limits: ServicerLimits = field(default_factory=ServicerLimits)
     # listen.tls (gateway/auth/tls.py grpc_credentials); None: plaintext.
     credentials: grpc.ServerCredentials | None = None
-    engine: GrpcEngine = "grpcio"
+    engine: GrpcEngine = "h2"  # as listen.grpc_engine's default
     # listen.tls for the h2 engine (ALPN h2 set on it); None: plaintext.
     ssl_context: ssl.SSLContext | None = None
     # Bind with SO_REUSEPORT: the workers of `meridian serve --workers N` share one gRPC port
