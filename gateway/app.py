@@ -37,7 +37,7 @@ from gateway.quota.wiring import install_quotas
 from gateway.relay import Relay
 from gateway.relay_state import Builders, build_state
 from gateway.state.wiring import SharedState, install_shared_state
-from gateway.state_keys import CONFIG, METRICS, RELAY, REUSE_PORT
+from gateway.state_keys import CONFIG, METRICS, PUBLIC_BIND, RELAY, PublicBind
 from routing.types import PolicyRouter
 
 log = logging.getLogger("meridian.app")
@@ -208,8 +208,9 @@ async def start_gateway(
     """Start serving on the running event loop; returns once the socket is listening.
     ``reuse_port``: bind with SO_REUSEPORT (the workers of ``--workers N``); ``prepare`` runs on
     the app before it starts."""
+    bind_host = host or config.listen.host
     app = build_app(config)
-    app[REUSE_PORT] = reuse_port  # the gRPC listener (gateway/grpc/mount.py) binds the same way
+    app[PUBLIC_BIND] = PublicBind(bind_host, reuse_port)  # the gRPC listener's too (grpc/mount)
     if prepare is not None:
         prepare(app)
     # handler_cancellation: a client that goes away cancels its handler, and with it the
@@ -221,7 +222,6 @@ async def start_gateway(
         access_log=None,
         keepalive_timeout=config.door.keepalive_timeout_s,
     )
-    bind_host = host or config.listen.host
     try:
         await runner.setup()  # a start-up step that fails (e.g. a DNS pin) unwinds the others
         check_listener(config.auth, bind_host)  # auth unconfigured: loopback only

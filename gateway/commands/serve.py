@@ -75,7 +75,9 @@ async def _start(
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="meridian serve", description=__doc__)
     parser.add_argument("--config", help="gateway YAML (default: embedded emulated fleet)")
-    parser.add_argument("--host", help="listen address (overrides the config)")
+    parser.add_argument(
+        "--host", help="the public listeners' address, HTTP and gRPC (overrides listen.host)"
+    )
     parser.add_argument("--port", type=int, help="listen port (overrides the config; 0 = any)")
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument(

@@ -21,14 +21,17 @@ from gateway.grpc.relay_backend import RelayBackend
 from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits
 from gateway.quota.limiter import QUOTAS
-from gateway.state_keys import CONFIG, METRICS, RELAY, REUSE_PORT
+from gateway.state_keys import CONFIG, METRICS, PUBLIC_BIND, RELAY, PublicBind
 
 __all__ = ["GRPC_SERVER", "grpc_server_config", "grpc_server_ctx"]
 
 
-def grpc_server_config(config: GatewayConfig, reuse_port: bool = False) -> GrpcServerConfig | None:
-    """The gRPC listener the gateway config asks for, or None when it asks for none.
-    ``reuse_port``: SO_REUSEPORT, as the workers of ``meridian serve --workers N`` bind."""
+def grpc_server_config(
+    config: GatewayConfig, bind: PublicBind | None = None
+) -> GrpcServerConfig | None:
+    """The gRPC listener the gateway config asks for, or None when it asks for none, bound as
+    the public HTTP listener is (``bind``: its address and SO_REUSEPORT; default: the config's
+    ``listen.host``)."""
     port = config.listen.grpc_port
     if port is None:
         return None
@@ -38,14 +41,14 @@ def grpc_server_config(config: GatewayConfig, reuse_port: bool = False) -> GrpcS
     engine = config.listen.grpc_engine
     tls = config.listen.tls  # the same TLS as the HTTP listener
     return GrpcServerConfig(
-        host=config.listen.host,
+        host=config.listen.host if bind is None else bind.host,
         port=port,
         max_receive_message_bytes=limit,
         limits=ServicerLimits(max_body_bytes=limit),
         credentials=grpc_credentials(tls) if engine == "grpcio" else None,
         engine=engine,
         ssl_context=h2_context(tls) if engine == "h2" else None,
-        reuse_port=reuse_port,
+        reuse_port=False if bind is None else bind.reuse_port,
     )
 
 
@@ -58,7 +61,7 @@ def h2_context(tls: ListenTlsConfig | None) -> ssl.SSLContext | None:
 
 
 async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
-    server_config = grpc_server_config(app[CONFIG], app.get(REUSE_PORT, False))
+    server_config = grpc_server_config(app[CONFIG], app.get(PUBLIC_BIND))
     if server_config is None:
         yield
         return

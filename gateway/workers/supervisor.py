@@ -48,7 +48,6 @@ class WorkerPlan:
     admin_host: str
     admin_port: int
     scheme: str = "http"  # https with listen.tls
-    grpc_host: str = ""
     grpc_port: int | None = None  # listen.grpc_port reserved (None: no gRPC listener)
 
     def argv(self, index: int) -> list[str]:
@@ -113,7 +112,7 @@ async def supervise(config: GatewayConfig, plan_args: dict[str, object]) -> int:
         admin = held.enter_context(_reserve(config.admin.host, admin_port, "admin.port"))
         grpc = None
         if grpc_port is not None:
-            grpc = held.enter_context(_reserve(config.listen.host, grpc_port, "listen.grpc_port"))
+            grpc = held.enter_context(_reserve(host, grpc_port, "listen.grpc_port"))
         runtime = tempfile.mkdtemp(prefix="meridian-workers-")
         held.callback(shutil.rmtree, runtime, ignore_errors=True)
         socket_path = None
@@ -133,7 +132,6 @@ async def supervise(config: GatewayConfig, plan_args: dict[str, object]) -> int:
             admin_host=config.admin.host,
             admin_port=admin.getsockname()[1],
             scheme="http" if config.listen.tls is None else "https",
-            grpc_host=config.listen.host,
             grpc_port=None if grpc is None else grpc.getsockname()[1],
         )
         return await _run(plan)
@@ -169,6 +167,6 @@ async def _run(plan: WorkerPlan) -> int:
     print(f"meridian listening on {plan.scheme}://{plan.host}:{plan.port}", flush=True)
     print(f"meridian admin on http://{plan.admin_host}:{plan.admin_port}", flush=True)
     if plan.grpc_port is not None:
-        print(f"meridian grpc on {plan.grpc_host}:{plan.grpc_port}", flush=True)
+        print(f"meridian grpc on {plan.host}:{plan.grpc_port}", flush=True)
     await asyncio.gather(*(workers.watch(i) for i in range(plan.count)))
     return workers.exit_code
