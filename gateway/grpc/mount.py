@@ -20,6 +20,7 @@ from gateway.config import GatewayConfig
 from gateway.grpc.relay_backend import RelayBackend
 from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits
+from gateway.http_socket.policy import DOOR
 from gateway.quota.limiter import QUOTAS
 from gateway.state_keys import CONFIG, METRICS, PUBLIC_BIND, RELAY, PublicBind
 
@@ -69,7 +70,8 @@ async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
     limits = dataclasses.replace(
         server_config.limits, authenticate=door_check(app[AUTH], app[QUOTAS])
     )
-    server_config = dataclasses.replace(server_config, limits=limits)
+    # The h2 engine's connections count against the HTTP door's caps (one fd budget).
+    server_config = dataclasses.replace(server_config, limits=limits, connection_caps=app[DOOR])
     async with serving_grpc(backend, server_config) as running:
         app[GRPC_SERVER] = running
         yield

@@ -31,7 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from gateway.grpc.reflection_v1 import enable_reflection
 from gateway.grpc.servicer import InferenceServicer, ServicerLimits
 from gateway.grpc.strict_decode import add_inference_servicer
-from gateway.grpc_h2.limits import H2Limits
+from gateway.grpc_h2.limits import ConnectionCaps, H2Limits
 from gateway.lifecycle.seam import InferenceBackend
 from gateway.listen_error import ListenerBindError
 from proto.meridian.v1 import inference_pb2 as pb
@@ -65,6 +65,9 @@ class GrpcServerConfig:
     # Bind with SO_REUSEPORT: the workers of `meridian serve --workers N` share one gRPC port
     # (the supervisor holds it reserved), as they share the HTTP one.
     reuse_port: bool = False
+    # The h2 engine's connections count against these (the HTTP door's caps); None: uncapped.
+    # grpc.aio has no hook for it.
+    connection_caps: ConnectionCaps | None = None
 
     def h2_limits(self) -> H2Limits:
         return H2Limits(self.max_receive_message_bytes, self.max_send_message_bytes)
@@ -112,7 +115,7 @@ async def start_grpc_server(
     if config.engine == "h2":
         from gateway.grpc_h2.server import H2GrpcServer  # loads h2 only when chosen
 
-        h2_server = H2GrpcServer(config.h2_limits())
+        h2_server = H2GrpcServer(config.h2_limits(), config.connection_caps)
         health_servicer = _register(h2_server, backend, config)
         try:
             port = await h2_server.start(

@@ -27,6 +27,7 @@ import hpack
 from gateway.grpc_h2.call import Call, Cancel
 from gateway.grpc_h2.flood import FloodGuard
 from gateway.grpc_h2.wire import RESPONSE_HEADERS, Header, WireError, call_headers, status_headers
+from gateway.http_socket.protocol import connection_ends
 
 if TYPE_CHECKING:
     from gateway.grpc_h2.server import H2GrpcServer
@@ -111,10 +112,18 @@ class GrpcConnection(asyncio.Protocol):
         self._heard = False  # a byte from the client since the last keepalive check
         self._ping_sent = False
         self._flood = FloodGuard(self.limits.flood, self.loop.time())
+        self._counted_as: str | None = None  # the client, when the connection caps count it
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        caps = self.server.caps
+        if caps is not None:
+            client, local_port = connection_ends(transport)
+            if not caps.admit(client, local_port):
+                transport.close()  # before a byte is read, as the HTTP door refuses
+                return
+            self._counted_as = client
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.peer = peer_string(self.transport.get_extra_info("peername"))
         self.h2.local_settings = h2.settings.Settings(
@@ -178,6 +187,9 @@ class GrpcConnection(asyncio.Protocol):
         self._write()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted_as is not None and self.server.caps is not None:
+            self.server.caps.release(self._counted_as)
+            self._counted_as = None
         for timer in (self._handshake, self._keepalive):
             if timer is not None:
                 timer.cancel()

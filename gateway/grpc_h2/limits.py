@@ -5,6 +5,7 @@ flow-control window has a timeout, so a silent client cannot hold a task or an u
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gateway.grpc_h2.flood import FloodLimits
 
@@ -31,3 +32,13 @@ class H2Limits:
     keepalive_timeout_s: float = 20.0
     # What a client may make us do without asking for a response (PINGs, SETTINGS, resets).
     flood: FloodLimits = field(default_factory=FloodLimits)
+
+
+class ConnectionCaps(Protocol):
+    """The HTTP door's connection caps (``gateway.http_socket.policy.DoorPolicy``): the gRPC
+    listener's connections count against the same total and per-client limits, so a client
+    cannot spend the process's file descriptors through the port that has none."""
+
+    def admit(self, client: str, local_port: int | str | None) -> bool: ...
+
+    def release(self, client: str) -> None: ...

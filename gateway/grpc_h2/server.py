@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.grpc_h2.call import Cancel
 from gateway.grpc_h2.connection import GrpcConnection
-from gateway.grpc_h2.limits import H2Limits
+from gateway.grpc_h2.limits import ConnectionCaps, H2Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +37,9 @@ _LISTEN_BACKLOG = 4096  # as grpc.aio's listener and the HTTP one (asyncio's def
 
 
 class H2GrpcServer:
-    def __init__(self, limits: H2Limits | None = None) -> None:
+    def __init__(self, limits: H2Limits | None = None, caps: ConnectionCaps | None = None) -> None:
         self.limits = limits or H2Limits()
+        self.caps = caps  # None: connections are not capped
         self.connections: set[GrpcConnection] = set()
         self.stopping = False
         self.transport_writes = 0  # every transport.write, all connections (benchmarks, tests)

@@ -25,13 +25,16 @@ class DoorConfig(BaseModel):
         "slow head on a reused connection).",
     )
     max_connections_per_client: Annotated[int, Field(ge=1)] = Field(
-        default=256, description="Open connections one client address may hold."
+        default=256,
+        description="Open connections one client address may hold (the gRPC listener's count "
+        "too with listen.grpc_engine: h2).",
     )
     max_connections: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
         description="Open client connections in total; None: half of what the file-descriptor "
         "limit leaves after 128 (each client connection may need an upstream one). The admin "
-        "listener is not counted, so /healthz there answers when the caps are hit.",
+        "listener is not counted, so /healthz there answers when the caps are hit; the gRPC "
+        "listener's connections are, with listen.grpc_engine: h2.",
     )
     lean: bool = Field(
         default=True,

@@ -18,6 +18,7 @@ from gateway.grpc.client import inference_stub
 from gateway.grpc.convert import decode_status_details, retry_delay_s
 from gateway.grpc.mount import GRPC_SERVER
 from gateway.grpc.server import GrpcEngine
+from gateway.state_keys import METRICS
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
@@ -185,3 +186,24 @@ async def test_gateway_health_drains(grpc_engine: GrpcEngine) -> None:
         assert (await health.Check(request)).status == health_pb2.HealthCheckResponse.SERVING
         await door.gateway.app[GRPC_SERVER].drain()
         assert (await health.Check(request)).status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def test_h2_connections_count_against_the_doors_connection_caps() -> None:
+    """The gRPC listener's connections count against the HTTP door's caps (one budget of file
+    descriptors): with one connection a client, the rig's channel holds it, another channel
+    from the same address is refused before a byte is read, and is let in once it is freed."""
+    door_caps = {"door": {"max_connections_per_client": 1}}
+    async with grpc_gateway(engine="h2", **door_caps) as door:
+        assert [chunk async for chunk in door.stub.ChatCompletion(chat(max_tokens=2))]
+        target = door.gateway.app[GRPC_SERVER].target
+        registry = door.gateway.app[METRICS].registry
+        refused = {"reason": "per_client"}
+        own = [("grpc.use_local_subchannel_pool", 1)]  # a connection of its own
+        async with grpc.aio.insecure_channel(target, options=own) as second:
+            error = await _error_of(inference_stub(second).ChatCompletion(chat(max_tokens=2)))
+        assert error.code() is grpc.StatusCode.UNAVAILABLE
+        assert registry.get_sample_value("meridian_door_connections_refused_total", refused)
+        await door.channel.close()
+        assert await wait_until(lambda: registry.get_sample_value("meridian_door_connections") == 0)
+        async with grpc.aio.insecure_channel(target, options=own) as third:
+            assert [chunk async for chunk in inference_stub(third).ChatCompletion(chat())]
