@@ -38,6 +38,11 @@ class GrpcRig:
     stub: Any  # generated InferenceStub (untyped)
 
 
+# Channel options for a TCP connection of the channel's own: grpc otherwise shares one
+# connection among a process's channels to the same target.
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
+
+
 @asynccontextmanager
 async def grpc_rig(
     faults: FaultConfig | None = None,

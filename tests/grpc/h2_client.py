@@ -171,3 +171,8 @@ async def send_chat(client: RawClient, stream_id: int = 1, *extra: tuple[bytes, 
     )
     client.h2.send_data(stream_id, body, end_stream=True)
     client.flush()
+
+
+def call_tasks() -> list[asyncio.Task[Any]]:
+    """The h2 engine's call tasks still alive (each call runs as one ``Call._run`` task)."""
+    return [t for t in asyncio.all_tasks() if "Call._run" in repr(t.get_coro())]

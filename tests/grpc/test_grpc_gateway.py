@@ -22,7 +22,7 @@ from gateway.state_keys import METRICS
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
-from tests.grpc.grpc_support import FAST_ENGINE, MODEL, chat, wait_until
+from tests.grpc.grpc_support import FAST_ENGINE, MODEL, OWN_CONNECTION, chat, wait_until
 
 
 @dataclass
@@ -198,12 +198,11 @@ async def test_h2_connections_count_against_the_doors_connection_caps() -> None:
         target = door.gateway.app[GRPC_SERVER].target
         registry = door.gateway.app[METRICS].registry
         refused = {"reason": "per_client"}
-        own = [("grpc.use_local_subchannel_pool", 1)]  # a connection of its own
-        async with grpc.aio.insecure_channel(target, options=own) as second:
+        async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as second:
             error = await _error_of(inference_stub(second).ChatCompletion(chat(max_tokens=2)))
         assert error.code() is grpc.StatusCode.UNAVAILABLE
         assert registry.get_sample_value("meridian_door_connections_refused_total", refused)
         await door.channel.close()
         assert await wait_until(lambda: registry.get_sample_value("meridian_door_connections") == 0)
-        async with grpc.aio.insecure_channel(target, options=own) as third:
+        async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as third:
             assert [chunk async for chunk in inference_stub(third).ChatCompletion(chat())]

@@ -3,7 +3,6 @@ frames and writes it sends, and how it treats clients that reset, stall or never
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -22,6 +21,7 @@ from tests.grpc.grpc_support import chat
 from tests.grpc.h2_client import (
     GatedBackend,
     RawClient,
+    call_tasks,
     grpc_frame,
     h2_server,
     request_headers,
@@ -29,10 +29,6 @@ from tests.grpc.h2_client import (
     token,
 )
 from tests.servers import settle
-
-
-def _call_tasks() -> list[asyncio.Task[Any]]:
-    return [t for t in asyncio.all_tasks() if "Call._run" in repr(t.get_coro())]
 
 
 async def test_headers_and_the_first_message_leave_in_one_write() -> None:
@@ -86,7 +82,7 @@ async def test_a_reset_stream_closes_the_backend_and_leaves_no_task() -> None:
         client.h2.reset_stream(1, h2.errors.ErrorCodes.CANCEL)
         client.flush()
         await settle(lambda: backend.closed and engine.active_calls() == 0)
-        await settle(lambda: not _call_tasks())
+        await settle(lambda: not call_tasks())
         await client.close()
 
 
@@ -103,7 +99,7 @@ async def test_a_client_that_stops_reading_is_reset_and_its_backend_closed() -> 
         (reset,) = [e for e in client.events if isinstance(e, h2.events.StreamReset)]
         assert reset.error_code == h2.errors.ErrorCodes.CANCEL
         assert len(client.data(1)) <= 100  # never past the window it was given
-        await settle(lambda: backend.closed and not _call_tasks())
+        await settle(lambda: backend.closed and not call_tasks())
         await client.close()
 
 
@@ -151,7 +147,7 @@ async def test_the_servers_own_deadline_ends_the_call_and_closes_the_backend() -
         await send_chat(client, 1, (b"grpc-timeout", b"200m"))
         await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
         assert client.header_blocks(1)[-1][b"grpc-status"] == b"4"  # DEADLINE_EXCEEDED
-        await settle(lambda: backend.closed and not _call_tasks())
+        await settle(lambda: backend.closed and not call_tasks())
         await client.close()
 
 
@@ -212,7 +208,7 @@ async def test_stop_ends_an_open_call_unavailable_and_closes_its_backend() -> No
         await running.close(grace_s=0)
         await client.until(lambda: client.seen(h2.events.StreamEnded, 1))
         assert client.header_blocks(1)[-1][b"grpc-status"] == b"14"  # UNAVAILABLE
-        assert backend.closed and not _call_tasks() and engine.active_calls() == 0
+        assert backend.closed and not call_tasks() and engine.active_calls() == 0
         await client.close()
 
 

@@ -5,7 +5,6 @@ a client that does the same things at the pace of real use keeps its connection.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 
@@ -19,6 +18,7 @@ from gateway.grpc_h2.server import H2GrpcServer
 from tests.grpc.h2_client import (
     GatedBackend,
     RawClient,
+    call_tasks,
     h2_server,
     request_headers,
     send_chat,
@@ -47,7 +47,7 @@ async def _calmed(client: RawClient, engine: H2GrpcServer, reason: bytes) -> Non
     assert goaway is not None, client.events
     assert (goaway.error_code, goaway.additional_data) == (CALM, reason)
     await settle(lambda: not engine.connections and engine.active_calls() == 0)
-    await settle(lambda: not _call_tasks())
+    await settle(lambda: not call_tasks())
     await client.close()
 
 
@@ -122,7 +122,3 @@ async def _answered_ping(client: RawClient, answers: int) -> None:
     await client.until(
         lambda: sum(isinstance(e, h2.events.PingAckReceived) for e in client.events) == answers
     )
-
-
-def _call_tasks() -> list[object]:
-    return [t for t in asyncio.all_tasks() if "Call._run" in repr(t.get_coro())]

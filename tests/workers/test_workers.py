@@ -25,6 +25,7 @@ from gateway.grpc.client import inference_stub
 from gateway.workers.metrics_view import merge
 from gateway.workers.ports import usable_cores
 from loadtests.emulator.config import EngineParams
+from tests.grpc.grpc_support import OWN_CONNECTION
 from tests.grpc.grpc_support import chat as grpc_chat
 from tests.servers import emulators
 
@@ -173,9 +174,6 @@ async def test_two_workers_share_one_port_and_one_metrics_view(
         await _wait_for(every_request_counted_by_both)
 
 
-_OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
-
-
 @pytest.mark.parametrize("engine", ["grpcio", "h2"])
 async def test_two_workers_share_one_grpc_port(
     tmp_path: Path, backend_url: str, engine: str
@@ -191,7 +189,7 @@ async def test_two_workers_share_one_grpc_port(
         async def both_served() -> bool:
             # a new connection (not one from grpc's process-wide pool): the kernel places it
             async with grpc.aio.insecure_channel(
-                served.grpc_target, options=_OWN_CONNECTION
+                served.grpc_target, options=OWN_CONNECTION
             ) as channel:
                 call = inference_stub(channel).ChatCompletion(grpc_chat(model=MODEL))
                 assert [chunk async for chunk in call]
