@@ -25,6 +25,27 @@ from routing.types import BackendKind, BackendSpec
 Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "openai", "meridian", "unknown"]
 
 
+class GrpcConnectionsConfig(_Strict):
+    """How long a gRPC client's connection lives (gRPC's A9; both engines)."""
+
+    max_age_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=600.0,
+        description="Close each gRPC connection gracefully (GOAWAY; its calls finish) this long "
+        "(+-10%) after it opened; the client reconnects and the kernel or a load balancer places "
+        "it afresh, so one client's calls move between workers and replicas. None: never.",
+    )
+    max_age_grace_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Calls still running this long after a connection's max age end UNAVAILABLE "
+        "and it closes. None: they run to their end.",
+    )
+    max_idle_s: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Close a gRPC connection gracefully once it has had no call for this long "
+        "(it frees its place under door.max_connections). None: never.",
+    )
+
+
 class ListenConfig(_Strict):
     host: str = Field(
         default="127.0.0.1", description="Address the HTTP (and gRPC) listeners bind."
@@ -41,6 +62,10 @@ class ListenConfig(_Strict):
         "itself, gateway/grpc_h2) or 'grpcio' (grpc.aio, with its C-core poller thread); the "
         "same servicers, health and reflection. h2 adds less TTFT and CPU per call "
         "(proto/README.md, 'Two engines').",
+    )
+    grpc_connections: GrpcConnectionsConfig = Field(
+        default_factory=GrpcConnectionsConfig,
+        description="Bounds on a gRPC connection's age and idleness.",
     )
     tls: ListenTlsConfig | None = Field(
         default=None,

@@ -17,9 +17,11 @@ from aiohttp import web
 from gateway.auth.tls import ListenTlsConfig, grpc_credentials, listener_context
 from gateway.auth.wiring import AUTH, door_check
 from gateway.config import GatewayConfig
+from gateway.config_backends import GrpcConnectionsConfig
 from gateway.grpc.relay_backend import RelayBackend
 from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits
+from gateway.grpc_h2.lifetime import LifetimeLimits
 from gateway.http_socket.policy import DOOR
 from gateway.quota.limiter import QUOTAS
 from gateway.state_keys import CONFIG, METRICS, PUBLIC_BIND, RELAY, PublicBind
@@ -50,7 +52,12 @@ def grpc_server_config(
         engine=engine,
         ssl_context=h2_context(tls) if engine == "h2" else None,
         reuse_port=False if bind is None else bind.reuse_port,
+        lifetime=lifetime_limits(config.listen.grpc_connections),
     )
+
+
+def lifetime_limits(section: GrpcConnectionsConfig) -> LifetimeLimits:
+    return LifetimeLimits(section.max_age_s, section.max_age_grace_s, section.max_idle_s)
 
 
 def h2_context(tls: ListenTlsConfig | None) -> ssl.SSLContext | None:

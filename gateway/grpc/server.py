@@ -31,6 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from gateway.grpc.reflection_v1 import enable_reflection
 from gateway.grpc.servicer import InferenceServicer, ServicerLimits
 from gateway.grpc.strict_decode import add_inference_servicer
+from gateway.grpc_h2.lifetime import LifetimeLimits
 from gateway.grpc_h2.limits import ConnectionCaps, H2Limits
 from gateway.lifecycle.seam import InferenceBackend
 from gateway.listen_error import ListenerBindError
@@ -68,11 +69,26 @@ class GrpcServerConfig:
     # The h2 engine's connections count against these (the HTTP door's caps); None: uncapped.
     # grpc.aio has no hook for it.
     connection_caps: ConnectionCaps | None = None
+    # listen.grpc_connections: a connection's age and idleness (both engines).
+    lifetime: LifetimeLimits = field(default_factory=LifetimeLimits)
 
     def h2_limits(self) -> H2Limits:
-        return H2Limits(self.max_receive_message_bytes, self.max_send_message_bytes)
+        return H2Limits(
+            self.max_receive_message_bytes, self.max_send_message_bytes, lifetime=self.lifetime
+        )
 
     def channel_options(self) -> list[tuple[str, int]]:
+        return [*self._fixed_options(), *self._lifetime_options()]
+
+    def _lifetime_options(self) -> list[tuple[str, int]]:
+        bounds = (
+            ("grpc.max_connection_age_ms", self.lifetime.max_age_s),
+            ("grpc.max_connection_age_grace_ms", self.lifetime.age_grace_s),
+            ("grpc.max_connection_idle_ms", self.lifetime.max_idle_s),
+        )
+        return [(name, round(seconds * 1000)) for name, seconds in bounds if seconds is not None]
+
+    def _fixed_options(self) -> list[tuple[str, int]]:
         return [
             ("grpc.max_receive_message_length", self.max_receive_message_bytes),
             ("grpc.max_send_message_length", self.max_send_message_bytes),

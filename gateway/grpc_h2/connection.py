@@ -5,7 +5,8 @@ its events into calls (:mod:`gateway.grpc_h2.call`) and writes what it has to se
 coalesced per loop iteration (one ``transport.write`` for everything the calls produced in it:
 a call's HEADERS and first DATA leave together). Outbound DATA respects the peer's stream and
 connection windows and the transport's own back-pressure (``pause_writing``); inbound DATA is
-acknowledged once its messages are read (:meth:`Call.received`).
+acknowledged once its messages are read (:meth:`Call.received`). Its age and idleness are
+bounded by :mod:`gateway.grpc_h2.lifetime` (a graceful GOAWAY, then it closes).
 """
 
 from __future__ import annotations
@@ -13,19 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import grpc
-import h2.config
-import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
-import hpack
 
 from gateway.grpc_h2.call import Call, Cancel
 from gateway.grpc_h2.flood import FloodGuard
+from gateway.grpc_h2.h2_parts import H2_CONFIG, PlainEncoder, RefusingH2Connection, peer_string
+from gateway.grpc_h2.lifetime import Lifetime
 from gateway.grpc_h2.wire import RESPONSE_HEADERS, Header, WireError, call_headers, status_headers
 from gateway.http_socket.protocol import connection_ends
 
@@ -33,66 +33,6 @@ if TYPE_CHECKING:
     from gateway.grpc_h2.server import H2GrpcServer
 
 log = logging.getLogger("meridian.grpc")
-# hpack logs every header it decodes at DEBUG, values and all: a client's authorization
-# metadata would reach a DEBUG gateway log. Held at INFO, whatever the root level.
-logging.getLogger("hpack").setLevel(logging.INFO)
-
-# Outbound header blocks are built only by gateway/grpc_h2/wire.py, which checks keys and values
-# as gRPC defines them: h2's generic outbound validation and normalisation (a tenth of a call's
-# CPU in a profile) are off. Inbound headers are still validated by h2.
-_H2_CONFIG = h2.config.H2Configuration(
-    client_side=False,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-)
-
-
-class _RefusingH2Connection(h2.connection.H2Connection):
-    """h2 answers a stream beyond SETTINGS_MAX_CONCURRENT_STREAMS with TooManyStreamsError, a
-    ProtocolError: ``receive_data`` then queues GOAWAY, drops the events of the frames before it
-    in the read and never decodes the block (HPACK's table would be out of step with the
-    client's). RFC 9113 5.1.2 allows a stream error instead: the stream is taken in as usual (the
-    block decoded, the stream id used), reset REFUSED_STREAM (which a gRPC client retries), and
-    the rest of the read and the connection go on."""
-
-    _admitting = False  # the one over-limit HEADERS frame being taken in to be refused
-
-    @property
-    def open_inbound_streams(self) -> int:
-        return 0 if self._admitting else super().open_inbound_streams
-
-    def _receive_headers_frame(self, frame: Any) -> tuple[list[Any], list[Any]]:
-        # A private h2 method (4.1 to 4.4), the one place the limit is checked; h2's frame
-        # dispatch table holds the bound method, so this override is what receive_data calls.
-        try:
-            return super()._receive_headers_frame(frame)
-        except h2.exceptions.TooManyStreamsError:
-            pass
-        self._admitting = True
-        try:
-            frames, _ = super()._receive_headers_frame(frame)
-        finally:
-            self._admitting = False
-        # The stream's events are dropped: the engine never sees a call it did not accept.
-        self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
-        return frames, []
-
-
-class _PlainEncoder(hpack.Encoder):
-    """Header values without Huffman coding: a few more bytes per header block, and none of
-    pure-Python Huffman's CPU (most of HPACK's time per call in a profile)."""
-
-    def encode(self, headers: Any, huffman: bool = True) -> bytes:
-        return super().encode(headers, huffman=False)
-
-
-def peer_string(peername: Any) -> str:
-    """grpc's peer format: ``ipv4:1.2.3.4:5678``, ``ipv6:[::1]:5678``."""
-    if isinstance(peername, tuple) and len(peername) >= 2:
-        host, port = peername[0], peername[1]
-        return f"ipv6:[{host}]:{port}" if ":" in str(host) else f"ipv4:{host}:{port}"
-    return f"unix:{peername}" if peername else ""
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -100,8 +40,8 @@ class GrpcConnection(asyncio.Protocol):
         self.server = server
         self.limits = server.limits
         self.loop = asyncio.get_running_loop()
-        self.h2 = _RefusingH2Connection(_H2_CONFIG)
-        self.h2.encoder = _PlainEncoder()
+        self.h2 = RefusingH2Connection(H2_CONFIG)
+        self.h2.encoder = PlainEncoder()
         self.calls: dict[int, Call] = {}
         self.peer = ""
         self.transport: asyncio.Transport | None = None
@@ -113,6 +53,7 @@ class GrpcConnection(asyncio.Protocol):
         self._ping_sent = False
         self._flood = FloodGuard(self.limits.flood, self.loop.time())
         self._counted_as: str | None = None  # the client, when the connection caps count it
+        self._lifetime = Lifetime(self.limits.lifetime, self, self.loop)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -174,12 +115,16 @@ class GrpcConnection(asyncio.Protocol):
                 if self._handshake is not None:
                     self._handshake.cancel()
                     self._handshake = None
+                    if not self.calls:
+                        self._lifetime.idle()
                 self._wake_writers(0)  # INITIAL_WINDOW_SIZE may have grown every window
             elif isinstance(event, h2.events.PingReceived):
                 if flood := self._flood.on_ping(self.loop.time()):
                     self.calm_down(flood)
                     return
-            elif isinstance(event, h2.events.PingAckReceived) and self._ping_sent:
+            elif isinstance(event, h2.events.PingAckReceived):
+                if self._lifetime.ping_acked(event.ping_data or b"") or not self._ping_sent:
+                    continue
                 self._ping_sent = False  # answered: the next check a whole period from now
                 self._schedule_keepalive(self.limits.keepalive_time_s)
             elif isinstance(event, h2.events.ConnectionTerminated):
@@ -193,6 +138,7 @@ class GrpcConnection(asyncio.Protocol):
         for timer in (self._handshake, self._keepalive):
             if timer is not None:
                 timer.cancel()
+        self._lifetime.stop()
         for call in list(self.calls.values()):
             call.cancel(Cancel.LOST)
         self.calls.clear()
@@ -211,7 +157,7 @@ class GrpcConnection(asyncio.Protocol):
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
         ended = event.stream_ended is not None
-        if self.server.stopping:
+        if self.server.stopping or self._lifetime.refuses(stream_id):
             self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
         try:
@@ -228,6 +174,8 @@ class GrpcConnection(asyncio.Protocol):
             return
         call = Call(self, stream_id, handler, headers, self.limits)
         self.calls[stream_id] = call
+        if len(self.calls) == 1:
+            self._lifetime.busy()
         if ended:
             call.request_ended()
         call.start()
@@ -302,6 +250,8 @@ class GrpcConnection(asyncio.Protocol):
     def _forget(self, call: Call) -> None:
         if self.calls.get(call.stream_id) is call:
             del self.calls[call.stream_id]
+            if not self.calls:
+                self._lifetime.idle()
         if call.unacked:  # bytes it never read: the connection's window must not shrink
             self.acknowledge(call.stream_id, call.unacked)
             call.unacked = 0
@@ -363,6 +313,32 @@ class GrpcConnection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    # -- for its lifetime (gateway/grpc_h2/lifetime.py's Drainable) ---------------------------
+
+    def open_calls(self) -> int:
+        return len(self.calls)
+
+    def last_stream_id(self) -> int:
+        return int(self.h2.highest_inbound_stream_id)
+
+    def send_frame(self, frame: bytes) -> None:
+        if self.transport is not None:
+            self._write()
+            self.transport.write(frame)
+
+    def send_ping(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.h2.ping(data)
+            self._write()
+
+    def end_calls(self) -> None:
+        for call in list(self.calls.values()):
+            call.cancel(Cancel.SHUTDOWN)
+
+    def finish(self) -> None:
+        self._write()
+        self.close()
 
     def calm_down(self, reason: str) -> None:
         """Over a flood bound (gateway/grpc_h2/flood.py): GOAWAY ENHANCE_YOUR_CALM with the

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.grpc_h2.flood import FloodLimits
+from gateway.grpc_h2.lifetime import LifetimeLimits
 
 MiB = 1024 * 1024
 
@@ -32,6 +33,8 @@ class H2Limits:
     keepalive_timeout_s: float = 20.0
     # What a client may make us do without asking for a response (PINGs, SETTINGS, resets).
     flood: FloodLimits = field(default_factory=FloodLimits)
+    # How long a connection lives and idles before a graceful GOAWAY (gRPC A9).
+    lifetime: LifetimeLimits = field(default_factory=LifetimeLimits)
 
 
 class ConnectionCaps(Protocol):

@@ -13,6 +13,7 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 
@@ -49,6 +50,20 @@ def request_headers(path: bytes = CHAT_PATH, *extra: tuple[bytes, bytes]) -> lis
     ]
 
 
+class GracefulGoawayClient(h2.connection.H2Connection):
+    """python-h2 takes any GOAWAY as the end: its state machine closes and it takes nothing more
+    in. RFC 9113 6.8 lets the streams up to the GOAWAY's last stream id go on (grpc-core and Go
+    clients do): a NO_ERROR GOAWAY is recorded as an event and the connection stays open."""
+
+    def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[Any]]:
+        if frame.error_code != h2.errors.ErrorCodes.NO_ERROR:
+            return super()._receive_goaway_frame(frame)
+        event = h2.events.ConnectionTerminated()
+        event.error_code = h2.errors.ErrorCodes.NO_ERROR
+        event.last_stream_id = frame.last_stream_id
+        return [], [event]
+
+
 @dataclass
 class RawClient:
     reader: asyncio.StreamReader
@@ -59,19 +74,28 @@ class RawClient:
 
     @classmethod
     async def connect(cls, port: int, initial_window: int | None = None) -> RawClient:
+        client = await cls.start(port, initial_window)
+        await client.handshake()
+        return client
+
+    @classmethod
+    async def start(cls, port: int, initial_window: int | None = None) -> RawClient:
+        """Connected, with the preface queued and not sent (frames queued before
+        :meth:`handshake` go with it, in one write)."""
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        conn = h2.connection.H2Connection(
+        conn = GracefulGoawayClient(
             h2.config.H2Configuration(client_side=True, header_encoding=None)
         )
         conn.initiate_connection()
         if initial_window is not None:
             conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: initial_window})
-        client = cls(reader, writer, conn)
-        client.flush()
+        return cls(reader, writer, conn)
+
+    async def handshake(self) -> None:
+        self.flush()
         # The handshake is over when the server's SETTINGS came and it acknowledged ours.
-        await client.until(lambda: client.seen(h2.events.SettingsAcknowledged))
-        await client.until(lambda: client.seen(h2.events.RemoteSettingsChanged))
-        return client
+        await self.until(lambda: self.seen(h2.events.SettingsAcknowledged))
+        await self.until(lambda: self.seen(h2.events.RemoteSettingsChanged))
 
     def flush(self) -> None:
         self.writer.write(self.h2.data_to_send())
@@ -165,12 +189,16 @@ async def h2_server(
 
 
 async def send_chat(client: RawClient, stream_id: int = 1, *extra: tuple[bytes, bytes]) -> None:
+    queue_chat(client, stream_id, *extra)
+    client.flush()
+
+
+def queue_chat(client: RawClient, stream_id: int = 1, *extra: tuple[bytes, bytes]) -> None:
     body = grpc_frame(chat(max_tokens=5).SerializeToString())
     client.h2.send_headers(
         stream_id, request_headers(b"/meridian.v1.Inference/ChatCompletion", *extra)
     )
     client.h2.send_data(stream_id, body, end_stream=True)
-    client.flush()
 
 
 def call_tasks() -> list[asyncio.Task[Any]]:

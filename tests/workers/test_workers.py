@@ -202,6 +202,32 @@ async def test_two_workers_share_one_grpc_port(
         await _wait_for(both_served)
 
 
+@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+async def test_one_grpc_channel_moves_between_workers_as_its_connection_ages(
+    tmp_path: Path, backend_url: str, engine: str
+) -> None:
+    """A gRPC channel sends every call on its one connection, so the worker that accepted it
+    would serve them all. With ``listen.grpc_connections.max_age_s`` the connection is replaced
+    (GOAWAY; calls on it finish) and the kernel places each new one afresh: one channel's calls
+    reach both workers, and none fails."""
+    listen = {"grpc_port": 0, "grpc_engine": engine, "grpc_connections": {"max_age_s": 0.2}}
+    async with _serve(tmp_path, backend_url, listen=listen) as served:
+        async with grpc.aio.insecure_channel(served.grpc_target, options=OWN_CONNECTION) as channel:
+            stub = inference_stub(channel)
+
+            async def both_served() -> bool:
+                assert [chunk async for chunk in stub.ChatCompletion(grpc_chat(model=MODEL))]
+                page = await served.metrics()
+                return all(
+                    _sample(
+                        page, "meridian_requests_total", worker=w, protocol="grpc", status="200"
+                    )
+                    for w in "01"
+                )
+
+            await _wait_for(both_served)
+
+
 async def test_workers_route_as_one(tmp_path: Path) -> None:
     """A stream open on one worker counts as in flight on the other; probes run once per host
     (one worker holds the backend's lease)."""
