@@ -77,7 +77,8 @@ async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
     limits = dataclasses.replace(
         server_config.limits, authenticate=door_check(app[AUTH], app[QUOTAS])
     )
-    # The h2 engine's connections count against the HTTP door's caps (one fd budget).
+    # The h2 engine's connections count against the HTTP door's caps (one fd budget); grpc.aio's
+    # against its total, counted apart.
     server_config = dataclasses.replace(server_config, limits=limits, connection_caps=app[DOOR])
     async with serving_grpc(backend, server_config) as running:
         app[GRPC_SERVER] = running

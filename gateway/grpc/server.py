@@ -67,7 +67,7 @@ class GrpcServerConfig:
     # (the supervisor holds it reserved), as they share the HTTP one.
     reuse_port: bool = False
     # The h2 engine's connections count against these (the HTTP door's caps); None: uncapped.
-    # grpc.aio has no hook for it.
+    # grpc.aio has no hook for that: it counts its own connections against the same total.
     connection_caps: ConnectionCaps | None = None
     # listen.grpc_connections: a connection's age and idleness (both engines).
     lifetime: LifetimeLimits = field(default_factory=LifetimeLimits)
@@ -78,7 +78,13 @@ class GrpcServerConfig:
         )
 
     def channel_options(self) -> list[tuple[str, int]]:
-        return [*self._fixed_options(), *self._lifetime_options()]
+        caps = self.connection_caps
+        capped = (
+            []
+            if caps is None
+            else [("grpc.max_allowed_incoming_connections", caps.max_connections)]
+        )
+        return [*self._fixed_options(), *self._lifetime_options(), *capped]
 
     def _lifetime_options(self) -> list[tuple[str, int]]:
         bounds = (

@@ -40,7 +40,10 @@ class H2Limits:
 class ConnectionCaps(Protocol):
     """The HTTP door's connection caps (``gateway.http_socket.policy.DoorPolicy``): the gRPC
     listener's connections count against the same total and per-client limits, so a client
-    cannot spend the process's file descriptors through the port that has none."""
+    cannot spend the process's file descriptors through the port that has none. grpc.aio takes
+    only the total, as its own count (``grpc.max_allowed_incoming_connections``)."""
+
+    max_connections: int
 
     def admit(self, client: str, local_port: int | str | None) -> bool: ...
 

@@ -206,3 +206,27 @@ async def test_h2_connections_count_against_the_doors_connection_caps() -> None:
         assert await wait_until(lambda: registry.get_sample_value("meridian_door_connections") == 0)
         async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as third:
             assert [chunk async for chunk in inference_stub(third).ChatCompletion(chat())]
+
+
+async def test_grpcio_connections_are_capped_at_the_doors_total() -> None:
+    """grpc.aio cannot count against the door's caps, so it counts its own connections against
+    the door's total (``grpc.max_allowed_incoming_connections``; before, it took any number):
+    the rig's channel holds the one place, another is refused, and gets in once it is freed."""
+    async with grpc_gateway(engine="grpcio", door={"max_connections": 1}) as door:
+        assert [chunk async for chunk in door.stub.ChatCompletion(chat(max_tokens=2))]
+        target = door.gateway.app[GRPC_SERVER].target
+        async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as second:
+            error = await _error_of(inference_stub(second).ChatCompletion(chat(max_tokens=2)))
+        assert error.code() is grpc.StatusCode.UNAVAILABLE
+        await door.channel.close()
+        for _ in range(1_000):  # until grpc-core has seen the first connection go (bounded)
+            async with grpc.aio.insecure_channel(target, options=OWN_CONNECTION) as third:
+                try:
+                    chunks = [c async for c in inference_stub(third).ChatCompletion(chat())]
+                except grpc.aio.AioRpcError as retry:
+                    assert retry.code() is grpc.StatusCode.UNAVAILABLE
+                    continue
+            assert chunks
+            break
+        else:
+            raise AssertionError("the freed place was never given to a new connection")
