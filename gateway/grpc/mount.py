@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
 
 from gateway.auth.tls import ListenTlsConfig, grpc_credentials, listener_context
 from gateway.auth.wiring import AUTH, door_check
@@ -21,7 +22,7 @@ from gateway.config_backends import GrpcConnectionsConfig
 from gateway.grpc.relay_backend import RelayBackend
 from gateway.grpc.server import GRPC_SERVER, GrpcServerConfig, serving_grpc
 from gateway.grpc.servicer import ServicerLimits
-from gateway.grpc_h2.lifetime import LifetimeLimits
+from gateway.grpc_h2.limits import CLOSE_REASONS, LifetimeLimits
 from gateway.http_socket.policy import DOOR
 from gateway.quota.limiter import QUOTAS
 from gateway.state_keys import CONFIG, METRICS, PUBLIC_BIND, RELAY, PublicBind
@@ -56,6 +57,19 @@ def grpc_server_config(
     )
 
 
+def closed_counter(registry: CollectorRegistry) -> Callable[[str], None]:
+    """``meridian_grpc_connections_closed_total{reason}``: the h2 engine's own closes (every
+    reason there from the start, at 0, so a rate over it exists before the first)."""
+    counter = Counter(
+        "meridian_grpc_connections_closed",
+        "gRPC connections the gateway closed itself, by why (h2 engine).",
+        ["reason"],
+        registry=registry,
+    )
+    children = {reason: counter.labels(reason) for reason in CLOSE_REASONS}
+    return lambda reason: children[reason].inc()
+
+
 def lifetime_limits(section: GrpcConnectionsConfig) -> LifetimeLimits:
     return LifetimeLimits(section.max_age_s, section.max_age_grace_s, section.max_idle_s)
 
@@ -79,7 +93,12 @@ async def grpc_server_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     # The h2 engine's connections count against the HTTP door's caps (one fd budget); grpc.aio's
     # against its total, counted apart.
-    server_config = dataclasses.replace(server_config, limits=limits, connection_caps=app[DOOR])
+    server_config = dataclasses.replace(
+        server_config,
+        limits=limits,
+        connection_caps=app[DOOR],
+        connection_closed=closed_counter(app[METRICS].registry),
+    )
     async with serving_grpc(backend, server_config) as running:
         app[GRPC_SERVER] = running
         yield

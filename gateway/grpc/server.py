@@ -31,8 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from gateway.grpc.reflection_v1 import enable_reflection
 from gateway.grpc.servicer import InferenceServicer, ServicerLimits
 from gateway.grpc.strict_decode import add_inference_servicer
-from gateway.grpc_h2.lifetime import LifetimeLimits
-from gateway.grpc_h2.limits import ConnectionCaps, H2Limits
+from gateway.grpc_h2.limits import ConnectionCaps, H2Limits, LifetimeLimits
 from gateway.lifecycle.seam import InferenceBackend
 from gateway.listen_error import ListenerBindError
 from proto.meridian.v1 import inference_pb2 as pb
@@ -71,6 +70,8 @@ class GrpcServerConfig:
     connection_caps: ConnectionCaps | None = None
     # listen.grpc_connections: a connection's age and idleness (both engines).
     lifetime: LifetimeLimits = field(default_factory=LifetimeLimits)
+    # Told why, each time the h2 engine closes a connection itself (a metric's counter).
+    connection_closed: Callable[[str], None] | None = None
 
     def h2_limits(self) -> H2Limits:
         return H2Limits(
@@ -137,7 +138,9 @@ async def start_grpc_server(
     if config.engine == "h2":
         from gateway.grpc_h2.server import H2GrpcServer  # loads h2 only when chosen
 
-        h2_server = H2GrpcServer(config.h2_limits(), config.connection_caps)
+        h2_server = H2GrpcServer(
+            config.h2_limits(), config.connection_caps, config.connection_closed
+        )
         health_servicer = _register(h2_server, backend, config)
         try:
             port = await h2_server.start(

@@ -8,5 +8,7 @@ servicers as grpc.aio (``gateway.grpc.server``, ``listen.grpc_engine: h2``).
 
 Files: ``wire`` (framing, timeouts, status and metadata as headers; no I/O), ``context`` (the
 grpc.aio ``ServicerContext`` subset the servicers use), ``call`` (one call's life), ``connection``
-(the asyncio protocol over h2), ``server`` (listening socket and method table), ``limits``.
+(the asyncio protocol over h2, with ``h2_parts``: h2 as it is used here), ``server`` (listening
+socket and method table), ``limits``, ``flood`` (what a client may make it do unasked) and
+``lifetime`` (a connection's age and idleness).
 """

@@ -88,6 +88,7 @@ class GrpcConnection(asyncio.Protocol):
             log.info("gRPC (h2) connection from %s broke the protocol: %s", self.peer, err)
             self._write()  # h2's GOAWAY
             self.close()
+            self.server.closed("protocol_error")
             return
         for event in events:
             if isinstance(event, h2.events.DataReceived):
@@ -289,6 +290,7 @@ class GrpcConnection(asyncio.Protocol):
         if self._ping_sent:
             log.info("gRPC (h2) connection from %s did not answer a keepalive PING", self.peer)
             self.close()
+            self.server.closed("keepalive_timeout")
             return
         if self._heard:
             self._heard = False
@@ -309,6 +311,7 @@ class GrpcConnection(asyncio.Protocol):
         self._handshake = None
         log.info("gRPC (h2) connection from %s sent no HTTP/2 preface in time", self.peer)
         self.close()
+        self.server.closed("no_handshake")
 
     def close(self) -> None:
         if self.transport is not None:
@@ -336,9 +339,10 @@ class GrpcConnection(asyncio.Protocol):
         for call in list(self.calls.values()):
             call.cancel(Cancel.SHUTDOWN)
 
-    def finish(self) -> None:
+    def finish(self, reason: str) -> None:
         self._write()
         self.close()
+        self.server.closed(reason)
 
     def calm_down(self, reason: str) -> None:
         """Over a flood bound (gateway/grpc_h2/flood.py): GOAWAY ENHANCE_YOUR_CALM with the
@@ -350,6 +354,7 @@ class GrpcConnection(asyncio.Protocol):
             self.h2.close_connection(error_code=code, additional_data=reason.encode())
             self._write()
         self.close()
+        self.server.closed(reason)
 
     def goaway(self) -> None:
         """Tell the client the connection is closing (after every call has ended)."""

@@ -25,26 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass
 from typing import Protocol
 
 from hyperframe.frame import GoAwayFrame
+
+from gateway.grpc_h2.limits import LifetimeLimits
 
 DRAIN_PING = b"goaway\x00\x00"  # the opaque data of step 1's PING (8 bytes, as HTTP/2 asks)
 # A client that does not answer step 1's PING within this (grpc-core's wait) gets step 2 anyway.
 DRAIN_PING_TIMEOUT_S = 20.0
 _ANY_STREAM = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class LifetimeLimits:
-    # Close gracefully this long (+-10%) after the connection opened; None: never.
-    max_age_s: float | None = None
-    # Calls still running this long after the last stream was named end UNAVAILABLE and the
-    # connection closes; None: they run to their end.
-    age_grace_s: float | None = None
-    # Close gracefully once no call has been open for this long; None: never.
-    max_idle_s: float | None = None
 
 
 def goaway(last_stream_id: int) -> bytes:
@@ -71,8 +61,8 @@ class Drainable(Protocol):
         """Cancel the open calls (each ends UNAVAILABLE)."""
         ...
 
-    def finish(self) -> None:
-        """Write what h2 has queued, then close."""
+    def finish(self, reason: str) -> None:
+        """Write what h2 has queued, then close (``reason``: max_age or max_idle)."""
         ...
 
 
@@ -90,13 +80,16 @@ class Lifetime:
         self.connection = connection
         self.loop = loop
         self.announced = False  # step 1 sent: the client was told to go
+        self.reason = ""  # why: max_age or max_idle
         self.last_stream_id: int | None = None  # step 2 sent: streams after this are refused
         self._age: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
         self._ack_wait: asyncio.TimerHandle | None = None
         if limits.max_age_s is not None:
-            self._age = loop.call_later(limits.max_age_s * random.uniform(0.9, 1.1), self.drain)
+            self._age = loop.call_later(
+                limits.max_age_s * random.uniform(0.9, 1.1), self.drain, "max_age"
+            )
 
     def refuses(self, stream_id: int) -> bool:
         return self.last_stream_id is not None and stream_id > self.last_stream_id
@@ -118,14 +111,15 @@ class Lifetime:
     def _idle_too_long(self) -> None:
         self._idle = None
         if not self.connection.open_calls():
-            self.drain()
+            self.drain("max_idle")
 
-    def drain(self) -> None:
+    def drain(self, reason: str) -> None:
         """Step 1: tell the client to go, and PING to learn when it has heard."""
         self._age = None
         if self.announced:
             return
         self.announced = True
+        self.reason = reason
         self.busy()
         self.connection.send_frame(goaway(_ANY_STREAM))
         self.connection.send_ping(DRAIN_PING)
@@ -151,7 +145,7 @@ class Lifetime:
 
     def _finish_if_drained(self) -> None:
         if not self.connection.open_calls():
-            self.connection.finish()
+            self.connection.finish(self.reason)
 
     def stop(self) -> None:
         for timer in (self._age, self._idle, self._grace, self._ack_wait):

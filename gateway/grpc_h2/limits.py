@@ -8,9 +8,22 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.grpc_h2.flood import FloodLimits
-from gateway.grpc_h2.lifetime import LifetimeLimits
 
 MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LifetimeLimits:
+    """A connection's age and idleness (gateway/grpc_h2/lifetime.py; grpc.aio's
+    ``grpc.max_connection_*`` options)."""
+
+    # Close gracefully this long (+-10%) after the connection opened; None: never.
+    max_age_s: float | None = None
+    # Calls still running this long after the last stream was named end UNAVAILABLE and the
+    # connection closes; None: they run to their end.
+    age_grace_s: float | None = None
+    # Close gracefully once no call has been open for this long; None: never.
+    max_idle_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +48,21 @@ class H2Limits:
     flood: FloodLimits = field(default_factory=FloodLimits)
     # How long a connection lives and idles before a graceful GOAWAY (gRPC A9).
     lifetime: LifetimeLimits = field(default_factory=LifetimeLimits)
+
+
+# Why the server closed a connection itself (``H2GrpcServer.closed``, a metric's label): the flood bounds
+# (gateway/grpc_h2/flood.py), its lifetime (gateway/grpc_h2/lifetime.py), a peer that broke the
+# protocol, sent no preface in time or stopped answering keepalive PINGs.
+CLOSE_REASONS = (
+    "too_many_pings",
+    "too_many_settings",
+    "too_many_resets",
+    "max_age",
+    "max_idle",
+    "protocol_error",
+    "no_handshake",
+    "keepalive_timeout",
+)
 
 
 class ConnectionCaps(Protocol):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +36,21 @@ class _CallDetails:
 _LISTEN_BACKLOG = 4096  # as grpc.aio's listener and the HTTP one (asyncio's default is 100)
 
 
+def _uncounted(reason: str) -> None:
+    pass
+
+
 class H2GrpcServer:
-    def __init__(self, limits: H2Limits | None = None, caps: ConnectionCaps | None = None) -> None:
+    def __init__(
+        self,
+        limits: H2Limits | None = None,
+        caps: ConnectionCaps | None = None,
+        closed: Callable[[str], None] | None = None,
+    ) -> None:
         self.limits = limits or H2Limits()
         self.caps = caps  # None: connections are not capped
+        # Told each time the server closes a connection itself, with the reason.
+        self.closed = closed or _uncounted
         self.connections: set[GrpcConnection] = set()
         self.stopping = False
         self.transport_writes = 0  # every transport.write, all connections (benchmarks, tests)

@@ -175,6 +175,19 @@ def token(text: str) -> dict[str, Any]:
     return {**ENVELOPE, "choices": [{"index": 0, "delta": {"content": text}}]}
 
 
+class Closes(list[str]):
+    """An ``H2GrpcServer.closed`` that keeps the reasons it is told."""
+
+    def __call__(self, reason: str) -> None:
+        self.append(reason)
+
+
+def closes(engine: H2GrpcServer) -> list[str]:
+    """Why the engine of :func:`h2_server` closed connections itself, in order."""
+    assert isinstance(engine.closed, Closes)
+    return engine.closed
+
+
 @asynccontextmanager
 async def h2_server(
     backend: GatedBackend, limits: H2Limits | None = None
@@ -185,6 +198,7 @@ async def h2_server(
         assert isinstance(engine, H2GrpcServer)
         if limits is not None:
             engine.limits = limits  # read by each new connection
+        engine.closed = Closes()
         yield running, engine
 
 

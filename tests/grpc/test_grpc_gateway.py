@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -18,11 +19,13 @@ from gateway.grpc.client import inference_stub
 from gateway.grpc.convert import decode_status_details, retry_delay_s
 from gateway.grpc.mount import GRPC_SERVER
 from gateway.grpc.server import GrpcEngine
+from gateway.grpc_h2.limits import CLOSE_REASONS
 from gateway.state_keys import METRICS
 from loadtests.emulator.config import EmulatedBackendConfig, FaultConfig
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
 from tests.grpc.grpc_support import FAST_ENGINE, MODEL, OWN_CONNECTION, chat, wait_until
+from tests.grpc.h2_client import RawClient
 
 
 @dataclass
@@ -230,3 +233,28 @@ async def test_grpcio_connections_are_capped_at_the_doors_total() -> None:
             break
         else:
             raise AssertionError("the freed place was never given to a new connection")
+
+
+async def test_the_h2_engines_own_closes_are_counted_by_reason() -> None:
+    """``meridian_grpc_connections_closed_total{reason}``: every reason is there at 0 from the
+    start (a rate over it exists before the first), and a client cut off for a PING flood is
+    counted under its reason."""
+    async with grpc_gateway(engine="h2") as door:
+        registry = door.gateway.app[METRICS].registry
+
+        def closed(reason: str) -> float | None:
+            labels = {"reason": reason}
+            return registry.get_sample_value("meridian_grpc_connections_closed_total", labels)
+
+        assert {reason: closed(reason) for reason in CLOSE_REASONS} == dict.fromkeys(
+            CLOSE_REASONS, 0.0
+        )
+        client = await RawClient.connect(door.gateway.app[GRPC_SERVER].port)
+        for n in range(4):  # the first PING sets the clock; strikes 1, 2 and 3 (> 2)
+            client.h2.ping(b"flood-%02d" % n)
+        client.flush()
+        with contextlib.suppress(ConnectionError):
+            await client.until(lambda: False)  # until the gateway closes it
+        await client.close()
+        assert await wait_until(lambda: closed("too_many_pings") == 1.0)
+        assert closed("max_age") == 0.0

@@ -19,6 +19,7 @@ from tests.grpc.h2_client import (
     GatedBackend,
     RawClient,
     call_tasks,
+    closes,
     h2_server,
     request_headers,
     send_chat,
@@ -46,6 +47,7 @@ async def _calmed(client: RawClient, engine: H2GrpcServer, reason: bytes) -> Non
     goaway = _goaway(client)
     assert goaway is not None, client.events
     assert (goaway.error_code, goaway.additional_data) == (CALM, reason)
+    assert closes(engine) == [reason.decode()]  # what meridian_grpc_connections_closed counts
     await settle(lambda: not engine.connections and engine.active_calls() == 0)
     await settle(lambda: not call_tasks())
     await client.close()

@@ -16,14 +16,14 @@ import pytest
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import grpc_server_config
-from gateway.grpc_h2.lifetime import LifetimeLimits
-from gateway.grpc_h2.limits import H2Limits
+from gateway.grpc_h2.limits import H2Limits, LifetimeLimits
 from gateway.grpc_h2.server import H2GrpcServer
 from tests.grpc.grpc_support import OWN_CONNECTION, chat
 from tests.grpc.h2_client import (
     GatedBackend,
     RawClient,
     call_tasks,
+    closes,
     h2_server,
     queue_chat,
     send_chat,
@@ -72,6 +72,7 @@ async def test_an_old_connection_is_told_to_go_and_its_call_finishes_first() -> 
         assert trailers[b"grpc-status"] == b"0", trailers
         assert b" world" in client.data(1)
         await _closed_by_server(client, engine)
+        assert closes(engine) == ["max_age"]
 
 
 async def test_a_stream_after_the_last_one_named_is_refused() -> None:
@@ -103,6 +104,7 @@ async def test_calls_left_after_the_grace_end_unavailable_with_their_upstreams()
         assert _goaways(client) == [ANY_STREAM, 1]
         await _closed_by_server(client, engine)
         assert backend.closed
+        assert closes(engine) == ["max_age"]
 
 
 async def test_an_idle_connection_goes_and_a_busy_one_stays() -> None:
@@ -126,6 +128,7 @@ async def test_an_idle_connection_goes_and_a_busy_one_stays() -> None:
         await busy.until(lambda: busy.seen(h2.events.StreamEnded, 1))
         await busy.until(lambda: _goaways(busy) == [ANY_STREAM, 1])
         await _closed_by_server(busy, engine)
+        assert closes(engine) == ["max_idle", "max_idle"]
 
 
 async def _closed_by_server_keeping(client: RawClient, engine: H2GrpcServer, kept: int) -> None:
