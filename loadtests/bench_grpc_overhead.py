@@ -4,7 +4,8 @@ gateway's HTTP door, and over gRPC through a bare gRPC door to the backend, ``di
 ``loadtests/grpc_direct.py``), side by side in one run.
 
     python -m loadtests.bench_grpc_overhead [--requests N] [--rounds R] [--concurrency C]
-        [--max-tokens T] [--grpc-engine grpcio|h2 ...] [--src before=DIR ...] [--out DIR]
+        [--max-tokens T] [--grpc-engine grpcio|h2 ...] [--src before=DIR ...]
+        [--workers W] [--channels K] [--out DIR]
 
 Four processes: the emulator (``meridian emulate``), the gateway (``meridian serve`` with a gRPC
 port), the bare gRPC door and this client. The sides alternate ``--rounds`` times so machine noise hits them
@@ -26,6 +27,12 @@ bare door); ``h2`` is ``gateway_h2`` (over ``direct_grpc_h2``, an h2 bare door),
 gateway process with its own HTTP door, all interleaved in every round. ``--src`` gateways run
 their own checkout's default engine (h2 since session 26, grpcio before; their gRPC side is read
 over ``direct_grpc``). The load average is taken before every round.
+
+``--workers W`` runs each gateway as ``meridian serve --workers W`` (its CPU is its process
+tree's; its context switches are the supervisor's only). A gRPC channel keeps one connection,
+which one worker accepted, so ``--channels K`` gives every gRPC side K channels, each on a
+connection of its own, taking the calls in turn; the gateways' gRPC calls by worker are printed
+at the end.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import os
 import socket
 import time
@@ -57,8 +65,9 @@ from loadtests.bench.grpc_overhead_table import (
 )
 from loadtests.bench.overhead_setup import ENGINE  # the same mock schedule as HTTP
 from loadtests.peer_servers import tree_cpu_s
-from loadtests.processes import direct_grpc_server, emulated_backend, gateway
+from loadtests.processes import ADMIN_URLS, direct_grpc_server, emulated_backend, gateway
 from loadtests.results_file import write_results
+from loadtests.worker_balance import fetch_requests_by_worker, format_balance
 from proto.meridian.v1 import inference_pb2 as pb
 
 MODEL = "grpc-overhead-model"
@@ -115,15 +124,17 @@ def http_measure(
     return one
 
 
-def grpc_measure(stub: Any, max_tokens: int = MAX_TOKENS) -> Measure:
+def grpc_measure(stub: Any, max_tokens: int = MAX_TOKENS, *more_stubs: Any) -> Measure:
+    """Calls on ``stub`` (with ``more_stubs``: on each in turn, e.g. one per connection)."""
     request = pb.ChatCompletionRequest(
         model=MODEL, messages=[pb.ChatMessage(role="user", text=PROMPT)], max_tokens=max_tokens
     )
+    stubs = itertools.cycle((stub, *more_stubs))
 
     async def one() -> float:
         started = time.perf_counter()
         ttft: float | None = None
-        async for chunk in stub.ChatCompletion(request):
+        async for chunk in next(stubs).ChatCompletion(request):
             if ttft is None and any(c.delta.content for c in chunk.choices):
                 ttft = time.perf_counter() - started
         if ttft is None:
@@ -206,9 +217,14 @@ async def measure(
     max_tokens: int = MAX_TOKENS,
     engines: tuple[str, ...] = ENGINES,
     loads: dict[int, list[float]] | None = None,
+    workers: int = 1,
+    channels: int = 1,
+    balance: dict[str, dict[str, float]] | None = None,
 ) -> dict[int, dict[str, Side]]:
     """Per concurrency, per side: the pooled samples of every round (sides interleaved).
-    ``loads`` gets each level's 1-minute load average before each round."""
+    ``loads`` gets each level's 1-minute load average before each round. ``workers``: each
+    gateway's (``--workers``); ``channels``: gRPC channels a side, each its own connection,
+    taking calls in turn; ``balance`` gets each gateway's gRPC calls by worker at the end."""
     levels: dict[int, dict[str, Side]] = {}
     # (engine, env): a --src gateway runs its own checkout's default engine (None), since its
     # config may predate the field
@@ -216,6 +232,7 @@ async def measure(
         GATEWAY_NAME[engine]: (engine, None) for engine in engines
     }
     gateways.update({name: (None, _env(src)) for name, src in (sources or {}).items()})
+    admins: dict[str, str] = {}  # gateway name -> its admin URL
     async with contextlib.AsyncExitStack() as stack:
         backend_url, _ = await stack.enter_async_context(
             emulated_backend("grpc-overhead", MODEL, ENGINE)
@@ -240,13 +257,15 @@ async def measure(
             if gateway_engine is not None:
                 listen["grpc_engine"] = gateway_engine
             config = {"listen": listen, "backends": [{**backend, "max_connections": 4096}]}
-            url, pid = await stack.enter_async_context(gateway(config, 1, env))
-            channel = await stack.enter_async_context(
-                grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
-            )
+            url, pid = await stack.enter_async_context(gateway(config, workers, env))
+            stubs = [
+                inference_stub(await stack.enter_async_context(channel))
+                for channel in _channels(f"127.0.0.1:{grpc_port}", channels)
+            ]
             measures[f"{name}_http"] = http_measure(session, url, max_tokens)
-            measures[f"{name}_grpc"] = grpc_measure(inference_stub(channel), max_tokens)
+            measures[f"{name}_grpc"] = grpc_measure(stubs[0], max_tokens, *stubs[1:])
             pids[f"{name}_http"] = pids[f"{name}_grpc"] = pid
+            admins[name] = ADMIN_URLS[url]
         for concurrency in concurrencies:
             for side_measure in measures.values():  # warm connections and code paths
                 await run_closed_loop(side_measure, concurrency * 2, concurrency)
@@ -270,7 +289,19 @@ async def measure(
             levels[concurrency] = {
                 side: samples.side(pids[side] is not None) for side, samples in pooled.items()
             }
+        for name, admin in admins.items():
+            if balance is not None:
+                balance[name] = await fetch_requests_by_worker(admin, "grpc")
     return levels
+
+
+def _channels(target: str, count: int) -> list[grpc.aio.Channel]:
+    """``count`` channels to ``target``; more than one: each on a connection of its own (grpc
+    shares one between channels with the same target and options otherwise)."""
+    if count == 1:
+        return [grpc.aio.insecure_channel(target)]
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    return [grpc.aio.insecure_channel(target, options=own) for _ in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,6 +329,15 @@ def main(argv: list[str] | None = None) -> int:
         choices=ENGINES,
         help="the gateway's gRPC engine; repeatable (default: both, interleaved)",
     )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="each gateway's worker processes (default 1)"
+    )
+    parser.add_argument(
+        "--channels",
+        type=int,
+        default=1,
+        help="gRPC channels a side, each its own connection, calls in turn (default 1)",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     sources = {name: src for name, _, src in (s.partition("=") for s in args.src)}
@@ -305,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engines = tuple(dict.fromkeys(args.grpc_engine or ENGINES))
     loads: dict[int, list[float]] = {}
+    balance: dict[str, dict[str, float]] = {}
     levels = uvloop.run(
         measure(
             args.concurrency or [1, 16],
@@ -314,9 +355,14 @@ def main(argv: list[str] | None = None) -> int:
             args.max_tokens,
             engines,
             loads,
+            args.workers,
+            args.channels,
+            balance,
         )
     )
     print(format_table(levels))
+    for name, counts in balance.items():
+        print(format_balance(f"{name} gRPC", counts))
     for concurrency, level_loads in loads.items():
         each = ", ".join(f"{load:.2f}" for load in level_loads)
         print(f"c={concurrency}: 1-minute load average before each round: {each}")
@@ -327,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "src": sources,
         "grpc_engines": list(engines),
+        "workers": args.workers,
+        "channels": args.channels,
+        "grpc_calls_by_worker": balance,
         "levels": [
             {
                 "concurrency": concurrency,
