@@ -326,12 +326,14 @@ class GrpcConnection(asyncio.Protocol):
         return int(self.h2.highest_inbound_stream_id)
 
     def send_frame(self, frame: bytes) -> None:
-        if self.transport is not None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
             self._write()
-            self.transport.write(frame)
+            transport.write(frame)
 
     def send_ping(self, data: bytes) -> None:
-        if self.transport is not None:
+        transport = self.transport  # closing: h2 may be CLOSED already, and would raise
+        if transport is not None and not transport.is_closing():
             self.h2.ping(data)
             self._write()
 

@@ -81,6 +81,7 @@ class Lifetime:
         self.loop = loop
         self.announced = False  # step 1 sent: the client was told to go
         self.reason = ""  # why: max_age or max_idle
+        self.finished = False  # drained and closed
         self.last_stream_id: int | None = None  # step 2 sent: streams after this are refused
         self._age: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
@@ -144,10 +145,14 @@ class Lifetime:
         self.connection.end_calls()  # the last call's end closes the connection
 
     def _finish_if_drained(self) -> None:
-        if not self.connection.open_calls():
+        # Scheduled by step 2 and by the last call's end: both may be pending at once.
+        if not self.finished and not self.connection.open_calls():
+            self.finished = True
             self.connection.finish(self.reason)
 
     def stop(self) -> None:
+        """The connection is gone: no timer fires, and a pending close neither runs nor counts."""
+        self.finished = True
         for timer in (self._age, self._idle, self._grace, self._ack_wait):
             if timer is not None:
                 timer.cancel()
