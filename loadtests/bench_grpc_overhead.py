@@ -5,7 +5,7 @@ gateway's HTTP door, and over gRPC through a bare gRPC door to the backend, ``di
 
     python -m loadtests.bench_grpc_overhead [--requests N] [--rounds R] [--concurrency C]
         [--max-tokens T] [--grpc-engine grpcio|h2 ...] [--src before=DIR ...]
-        [--workers W] [--channels K] [--out DIR]
+        [--workers W] [--channels K] [--grpc-max-age S] [--out DIR]
 
 Four processes: the emulator (``meridian emulate``), the gateway (``meridian serve`` with a gRPC
 port), the bare gRPC door and this client. The sides alternate ``--rounds`` times so machine noise hits them
@@ -32,7 +32,8 @@ over ``direct_grpc``). The load average is taken before every round.
 tree's; its context switches are the supervisor's only). A gRPC channel keeps one connection,
 which one worker accepted, so ``--channels K`` gives every gRPC side K channels, each on a
 connection of its own, taking the calls in turn; the gateways' gRPC calls by worker are printed
-at the end.
+at the end. ``--grpc-max-age S`` sets ``listen.grpc_connections.max_age_s``: each connection
+is replaced every ~S seconds (what the reconnections cost, and how they spread the calls).
 """
 
 from __future__ import annotations
@@ -220,11 +221,13 @@ async def measure(
     workers: int = 1,
     channels: int = 1,
     balance: dict[str, dict[str, float]] | None = None,
+    max_age_s: float | None = None,
 ) -> dict[int, dict[str, Side]]:
     """Per concurrency, per side: the pooled samples of every round (sides interleaved).
     ``loads`` gets each level's 1-minute load average before each round. ``workers``: each
     gateway's (``--workers``); ``channels``: gRPC channels a side, each its own connection,
-    taking calls in turn; ``balance`` gets each gateway's gRPC calls by worker at the end."""
+    taking calls in turn; ``balance`` gets each gateway's gRPC calls by worker at the end;
+    ``max_age_s``: ``listen.grpc_connections.max_age_s`` of this checkout's gateways."""
     levels: dict[int, dict[str, Side]] = {}
     # (engine, env): a --src gateway runs its own checkout's default engine (None), since its
     # config may predate the field
@@ -253,9 +256,11 @@ async def measure(
             pids[side] = direct_pid
         for name, (gateway_engine, env) in gateways.items():
             grpc_port = _free_port()
-            listen = {"host": "127.0.0.1", "grpc_port": grpc_port}
+            listen: dict[str, Any] = {"host": "127.0.0.1", "grpc_port": grpc_port}
             if gateway_engine is not None:
                 listen["grpc_engine"] = gateway_engine
+                if max_age_s is not None:
+                    listen["grpc_connections"] = {"max_age_s": max_age_s}
             config = {"listen": listen, "backends": [{**backend, "max_connections": 4096}]}
             url, pid = await stack.enter_async_context(gateway(config, workers, env))
             stubs = [
@@ -338,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="gRPC channels a side, each its own connection, calls in turn (default 1)",
     )
+    parser.add_argument(
+        "--grpc-max-age",
+        type=float,
+        metavar="S",
+        help="listen.grpc_connections.max_age_s of this checkout's gateways (default: theirs)",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     sources = {name: src for name, _, src in (s.partition("=") for s in args.src)}
@@ -358,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             args.workers,
             args.channels,
             balance,
+            args.grpc_max_age,
         )
     )
     print(format_table(levels))
@@ -375,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "grpc_engines": list(engines),
         "workers": args.workers,
         "channels": args.channels,
+        "grpc_max_age_s": args.grpc_max_age,
         "grpc_calls_by_worker": balance,
         "levels": [
             {
