@@ -102,6 +102,8 @@ class Lifetime:
 
     def idle(self) -> None:
         """No call is open (any more)."""
+        if self.finished:
+            return
         if self.last_stream_id is not None:
             # Drained. The last call's trailers are queued in h2 when this runs (its end is
             # counted before they are sent): close once they are.
@@ -117,7 +119,7 @@ class Lifetime:
     def drain(self, reason: str) -> None:
         """Step 1: tell the client to go, and PING to learn when it has heard."""
         self._age = None
-        if self.announced:
+        if self.announced or self.finished:
             return
         self.announced = True
         self.reason = reason

@@ -50,9 +50,9 @@ class H2Limits:
     lifetime: LifetimeLimits = field(default_factory=LifetimeLimits)
 
 
-# Why the server closed a connection itself (``H2GrpcServer.closed``, a metric's label): the flood bounds
-# (gateway/grpc_h2/flood.py), its lifetime (gateway/grpc_h2/lifetime.py), a peer that broke the
-# protocol, sent no preface in time or stopped answering keepalive PINGs.
+# Why the server closed a connection itself (``H2GrpcServer.closed``, a metric's label): the
+# flood bounds (gateway/grpc_h2/flood.py), its lifetime (gateway/grpc_h2/lifetime.py), a peer
+# that broke the protocol, sent no preface in time or stopped answering keepalive PINGs.
 CLOSE_REASONS = (
     "too_many_pings",
     "too_many_settings",
