@@ -175,43 +175,19 @@ async def test_two_workers_share_one_port_and_one_metrics_view(
 
 
 @pytest.mark.parametrize("engine", ["grpcio", "h2"])
-async def test_two_workers_share_one_grpc_port(
-    tmp_path: Path, backend_url: str, engine: str
-) -> None:
-    """``listen.grpc_port: 0`` with two workers: the supervisor reserves one port and says which,
-    both workers serve gRPC on it (each engine binds SO_REUSEPORT), each new connection placed
-    by the kernel. Before, an h2 worker could not bind the port and the gateway did not start."""
-    async with _serve(
-        tmp_path, backend_url, listen={"grpc_port": 0, "grpc_engine": engine}
-    ) as served:
-        assert int(served.grpc_target.rsplit(":", 1)[1]) > 0
-
-        async def both_served() -> bool:
-            # a new connection (not one from grpc's process-wide pool): the kernel places it
-            async with grpc.aio.insecure_channel(
-                served.grpc_target, options=OWN_CONNECTION
-            ) as channel:
-                call = inference_stub(channel).ChatCompletion(grpc_chat(model=MODEL))
-                assert [chunk async for chunk in call]
-            page = await served.metrics()
-            return all(
-                _sample(page, "meridian_requests_total", worker=w, protocol="grpc", status="200")
-                for w in "01"
-            )
-
-        await _wait_for(both_served)
-
-
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
 async def test_one_grpc_channel_moves_between_workers_as_its_connection_ages(
     tmp_path: Path, backend_url: str, engine: str
 ) -> None:
-    """A gRPC channel sends every call on its one connection, so the worker that accepted it
-    would serve them all. With ``listen.grpc_connections.max_age_s`` the connection is replaced
-    (GOAWAY; calls on it finish) and the kernel places each new one afresh: one channel's calls
-    reach both workers, and none fails."""
+    """``listen.grpc_port: 0`` with two workers: the supervisor reserves one port and says which,
+    and both workers serve gRPC on it (each engine binds SO_REUSEPORT; before, an h2 worker could
+    not bind it and the gateway did not start). A gRPC channel sends every call on its one
+    connection, so the worker that accepted it would serve them all; with
+    ``listen.grpc_connections.max_age_s`` the connection is replaced (GOAWAY; calls on it
+    finish) and the kernel places each new one afresh: one channel's calls reach both workers,
+    and none fails."""
     listen = {"grpc_port": 0, "grpc_engine": engine, "grpc_connections": {"max_age_s": 0.2}}
     async with _serve(tmp_path, backend_url, listen=listen) as served:
+        assert int(served.grpc_target.rsplit(":", 1)[1]) > 0
         async with grpc.aio.insecure_channel(served.grpc_target, options=OWN_CONNECTION) as channel:
             stub = inference_stub(channel)
 
