@@ -32,7 +32,8 @@ from hyperframe.frame import GoAwayFrame
 from gateway.grpc_h2.limits import LifetimeLimits
 
 DRAIN_PING = b"goaway\x00\x00"  # the opaque data of step 1's PING (8 bytes, as HTTP/2 asks)
-# A client that does not answer step 1's PING within this (grpc-core's wait) gets step 2 anyway.
+# A client that does not answer step 1's PING within this gets step 2 anyway (every wait on a
+# client is bounded).
 DRAIN_PING_TIMEOUT_S = 20.0
 _ANY_STREAM = 2**31 - 1
 
