@@ -116,8 +116,7 @@ class GrpcConnection(asyncio.Protocol):
                 if self._handshake is not None:
                     self._handshake.cancel()
                     self._handshake = None
-                    if not self.calls:
-                        self._lifetime.idle()
+                    self._lifetime.started(idle=not self.calls)
                 self._wake_writers(0)  # INITIAL_WINDOW_SIZE may have grown every window
             elif isinstance(event, h2.events.PingReceived):
                 if flood := self._flood.on_ping(self.loop.time()):

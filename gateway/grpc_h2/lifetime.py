@@ -68,11 +68,11 @@ class Drainable(Protocol):
 
 
 class Lifetime:
-    """The timers and the two-step GOAWAY of one connection. The connection calls :meth:`idle`
-    when its handshake is done with no call open and when its last call ends, :meth:`busy` when
-    a call starts on an idle connection, :meth:`ping_acked` on every PING ACK and :meth:`stop`
-    when it is lost. (Idleness counts from the handshake: a client whose first call comes with
-    its preface is never idle.)"""
+    """The timers and the two-step GOAWAY of one connection. The connection calls
+    :meth:`started` when its handshake is done, :meth:`idle` when its last call ends,
+    :meth:`busy` when a call starts on an idle connection, :meth:`ping_acked` on every PING ACK
+    and :meth:`stop` when it is lost. (Idleness counts from the handshake: a client whose first
+    call comes with its preface is never idle.)"""
 
     def __init__(
         self, limits: LifetimeLimits, connection: Drainable, loop: asyncio.AbstractEventLoop
@@ -88,10 +88,18 @@ class Lifetime:
         self._idle: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
         self._ack_wait: asyncio.TimerHandle | None = None
+
+    def started(self, idle: bool) -> None:
+        """The handshake is done (the client's SETTINGS are in): the age counts from here, as
+        does idleness when no call came with the preface. (A GOAWAY before it confuses clients:
+        grpcio's aborts its process on one that follows the server's SETTINGS at once.)"""
+        limits = self.limits
         if limits.max_age_s is not None:
-            self._age = loop.call_later(
+            self._age = self.loop.call_later(
                 limits.max_age_s * random.uniform(0.9, 1.1), self.drain, "max_age"
             )
+        if idle:
+            self.idle()
 
     def refuses(self, stream_id: int) -> bool:
         return self.last_stream_id is not None and stream_id > self.last_stream_id
