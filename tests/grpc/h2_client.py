@@ -5,6 +5,7 @@ never sends its request, stops reading). Every read is bounded (``hang_bound``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -119,6 +120,11 @@ class RawClient:
                             event.flow_controlled_length, event.stream_id
                         )
                 self.flush()
+
+    async def until_closed(self) -> None:
+        """Read (and answer) until the server closes the connection."""
+        with contextlib.suppress(ConnectionError):
+            await self.until(lambda: False)
 
     def data(self, stream_id: int) -> bytes:
         return b"".join(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -253,8 +252,7 @@ async def test_the_h2_engines_own_closes_are_counted_by_reason() -> None:
         for n in range(4):  # the first PING sets the clock; strikes 1, 2 and 3 (> 2)
             client.h2.ping(b"flood-%02d" % n)
         client.flush()
-        with contextlib.suppress(ConnectionError):
-            await client.until(lambda: False)  # until the gateway closes it
+        await client.until_closed()
         await client.close()
         assert await wait_until(lambda: closed("too_many_pings") == 1.0)
         assert closed("max_age") == 0.0

@@ -6,8 +6,6 @@ sees)."""
 
 from __future__ import annotations
 
-import contextlib
-
 import grpc
 import h2.errors
 import h2.events
@@ -50,8 +48,7 @@ def _goaways(client: RawClient) -> list[int]:
 
 
 async def _closed_by_server(client: RawClient, engine: H2GrpcServer) -> None:
-    with contextlib.suppress(ConnectionError):
-        await client.until(lambda: False)  # reads until the server closes the connection
+    await client.until_closed()
     await settle(lambda: not engine.connections and engine.active_calls() == 0)
     await settle(lambda: not call_tasks())
     await client.close()
@@ -139,8 +136,7 @@ async def test_an_idle_connection_goes_and_a_busy_one_stays() -> None:
 
 
 async def _closed_by_server_keeping(client: RawClient, engine: H2GrpcServer, kept: int) -> None:
-    with contextlib.suppress(ConnectionError):
-        await client.until(lambda: False)
+    await client.until_closed()
     await settle(lambda: len(engine.connections) == kept)
     await client.close()
 
