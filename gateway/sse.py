@@ -7,15 +7,20 @@ line endings (CRLF, LF or CR) and comment lines, and tolerates events split acro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SseEvent:
     raw: bytes  # the event as it should be written to the client, ending in a blank line
     data: bytes | None  # joined ``data:`` fields, None for comment-only events
+    # ``data``'s JSON object, once the relay core has checked the event (UpstreamExchange.check
+    # parses it): a door that needs the object (gRPC's messages) takes it from here, not from a
+    # second parse.
+    parsed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_done(self) -> bool:

@@ -25,7 +25,7 @@ from gateway.chain.hop_timing import (
     merge_summary,
     take_timing_comment,
 )
-from gateway.doors.grammar import OPENAI, Grammar
+from gateway.doors.grammar import OPENAI, Grammar, event_object
 from gateway.errors import ApiError
 from gateway.read_watch import ReadWatch
 from gateway.scrub import scrub
@@ -229,8 +229,12 @@ class UpstreamExchange:
         """Note one event, or raise what it breaks; most token events need no JSON walk. Every
         path takes events through it: the first read (gateway/attempt.py), the pulled batches
         and the push (gateway/push_phase.py)."""
-        data = event.data
-        plain = self.grammar.plain_data(data) if data is not None else None
+        grammar, data = self.grammar, event.data
+        plain = obj = None
+        # The event's one parse, kept for a door that builds from the object (event.parsed).
+        if data is not None and (obj := event_object(event)) is not None:
+            event.parsed = obj
+            plain = grammar.plain(obj, data)
         if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)
             if plain:  # StreamStats.on_token_event(now), inline: runs for every token event
                 stats, now = self.stats, time.perf_counter()
@@ -241,12 +245,12 @@ class UpstreamExchange:
                 stats.last_token_at = now
                 stats.output_events += 1
             return
-        carries, obj = self.grammar.parse(event)
+        carries, obj = grammar.parse_object(event, obj)
         if is_malformed(event, obj):
             if ended:  # an unterminated last event that does not parse: cut short
                 raise StreamBroken("upstream_truncated", "upstream stream ended mid-event")
             raise StreamBroken("upstream_malformed", "upstream sent a malformed data event")
-        error = self.grammar.error(obj) if obj is not None else None
+        error = grammar.error(obj) if obj is not None else None
         if error is not None:
             raise StreamBroken("upstream_error_event", upstream_error(error))
         self.note(event, obj, carries)

@@ -28,7 +28,8 @@ from gateway.token_events import answer_shaped, chunk_output
 Obj = dict[str, Any]
 
 
-def _object(event: SseEvent) -> Obj | None:
+def event_object(event: SseEvent) -> Obj | None:
+    """The event's JSON object; None for a comment, ``[DONE]``, non-JSON or a non-object."""
     if event.data is None or event.is_done:
         return None
     try:
@@ -55,9 +56,12 @@ class Grammar:
     def parse(self, event: SseEvent) -> tuple[bool, Obj | None]:
         """(whether the event ends the wait for the first token, its JSON object); the object
         is None for a data event that is not JSON or not shaped like this format's events."""
+        return self.parse_object(event, event_object(event))
+
+    def parse_object(self, event: SseEvent, obj: Obj | None) -> tuple[bool, Obj | None]:
+        """:meth:`parse` for an event whose :func:`event_object` is ``obj`` (parsed once)."""
         if event.is_done:
             return True, None
-        obj = _object(event)
         if obj is None:
             return False, None
         output = self.output(obj)
@@ -94,6 +98,10 @@ class Grammar:
             return None  # malformed: the full path says so
         if type(obj) is not dict:
             return None
+        return self.plain(obj, data)
+
+    def plain(self, obj: Obj, data: bytes) -> bool | None:
+        """:meth:`plain_data` for data already parsed to the object ``obj``."""
         # An engine's usual token, read off the parsed object as the full path would: one
         # choice with text or a content delta (no tool calls), no usage or error key. A finish
         # beside output changes nothing there (it only starts a stream that has no token yet).
@@ -167,6 +175,9 @@ class ResponsesGrammar(Grammar):
     def plain_data(self, data: bytes) -> bool | None:
         return None  # typed events: the full path (they are not the chat hot path)
 
+    def plain(self, obj: Obj, data: bytes) -> bool | None:
+        return None  # the same: the full path
+
     def _finishes(self, obj: Obj) -> bool:
         return False
 
@@ -208,6 +219,9 @@ class MessagesGrammar(Grammar):
 
     def plain_data(self, data: bytes) -> bool | None:
         return None  # typed events: the full path (they are not the chat hot path)
+
+    def plain(self, obj: Obj, data: bytes) -> bool | None:
+        return None  # the same: the full path
 
     def _finishes(self, obj: Obj) -> bool:
         return obj.get("type") == "message_delta"

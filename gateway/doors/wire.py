@@ -25,17 +25,27 @@ def _same(data: bytes) -> bytes:
     return data
 
 
+def public_model_names(inbound: InboundRequest, opened: OpenedStream) -> tuple[str, str] | None:
+    """(the backend's own id for the model, the name the client used) when they differ."""
+    state = opened.state
+    if state is None:
+        return None
+    upstream = state.known_models.upstream_id(opened.route.backend, inbound.model)
+    shown = inbound.client_model or inbound.model
+    return None if upstream == shown else (upstream, shown)
+
+
 def public_model_renamer(inbound: InboundRequest, opened: OpenedStream) -> Rename:
     """Responses name the model as the client did, not by the backend's own id (a llama-server
     ``.gguf`` path is nobody's business): the JSON ``"model"`` string is replaced in place."""
-    state = opened.state
-    if state is None:
+    return model_renamer(public_model_names(inbound, opened))
+
+
+def model_renamer(names: tuple[str, str] | None) -> Rename:
+    """What renames ``names[0]`` to ``names[1]`` as the JSON ``"model"`` (None: nothing)."""
+    if names is None:
         return _same
-    upstream = state.known_models.upstream_id(opened.route.backend, inbound.model)
-    shown = inbound.client_model or inbound.model
-    if upstream == shown:
-        return _same
-    old, new = orjson.dumps(upstream), orjson.dumps(shown)
+    old, new = (orjson.dumps(name) for name in names)
     pairs = [(b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new)]
 
     def rename(data: bytes) -> bytes:

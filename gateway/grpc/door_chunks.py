@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.doors.messages.door import MessagesWire
-from gateway.doors.wire import public_model_renamer
+from gateway.doors.wire import model_renamer, public_model_names
 from gateway.inbound import Endpoint, InboundRequest
 from gateway.sse import SseEvent, SseSplitter
 from gateway.stream import OpenedStream, StreamBroken
@@ -54,9 +54,11 @@ async def door_chunks(
     :class:`UpstreamErrorEvent` when the exchange fails.
 
     Chat and completions read the raw view (:meth:`CoreCall.batches`, one list per upstream
-    read) and parse each event here, once: one generator resumption per read, not per event
-    (the parsed view, :meth:`CoreCall.events`, is a generator of its own over the same lists)."""
-    rename = public_model_renamer(inbound, opened)
+    read): one generator resumption per read, not per event (the parsed view,
+    :meth:`CoreCall.events`, is a generator of its own over the same lists). Each event's
+    object is the one the core parsed to check it (``SseEvent.parsed``): one parse an event."""
+    names = public_model_names(inbound, opened)
+    rename = model_renamer(names)
     if opened.exchange.body is not None:  # a non-streaming exchange: its whole answer
         yield _object(rename(opened.exchange.body), "answer")  # its usage: read by the attempt
         return
@@ -70,7 +72,13 @@ async def door_chunks(
                 continue
             if sse.is_done:
                 return
-            data = _object(rename(sse.data), "event")
+            # The object the core parsed when it checked the event (one parse an event); the
+            # model renamed in it as ``rename`` does in the bytes of a top-level "model".
+            data = sse.parsed
+            if data is None:  # not checked by the core (it checks every event it yields)
+                data = _object(rename(sse.data), "event")
+            elif names is not None and data.get("model") == names[0]:
+                data["model"] = names[1]
             if "error" in data:
                 raise UpstreamErrorEvent(data)
             yield data
