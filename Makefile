@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+WHEELHOUSE := $(VENV)/wheelhouse/.complete
 
 .PHONY: run test setup lint typecheck coverage unit bench clean image-test compiled-test
 
@@ -13,10 +14,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+## The runtime dependencies' wheels, for the plain-install test (tests/deploy/test_wheel.py).
+$(WHEELHOUSE): pyproject.toml scripts/runtime_wheelhouse.sh $(STAMP)
+	sh scripts/runtime_wheelhouse.sh
+	touch $(WHEELHOUSE)
+
 ## Debian tools the tests drive: redis-server (shared state), promtool (metrics and rules),
 ## chromium and its driver (the status page), podman (podman-compose config checks the compose
 ## file through it; image-test adds buildah, runc and the rest to build and run containers).
-setup: $(STAMP)
+setup: $(STAMP) $(WHEELHOUSE)
 	sh scripts/install_debian_packages.sh redis-server=redis-server redis-cli=redis-tools \
 		promtool=prometheus chromium=chromium chromedriver=chromium-driver openssl=openssl \
 		podman=podman

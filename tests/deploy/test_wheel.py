@@ -2,8 +2,11 @@
 it answers ``--version``, validates a shipped example and serves the embedded default.
 
 This is the install a user gets from ``pip install meridian-gateway``: nothing from the dev or
-bench extras, nothing from this checkout on ``sys.path``. pip may reuse its cache of wheels, so
-the test needs the package index only the first time on a machine.
+bench extras, nothing from this checkout on ``sys.path``. The dependencies come from the wheels
+``make setup`` downloads (``scripts/runtime_wheelhouse.sh``: pyproject.toml's dependencies and
+theirs), with ``--no-index``: pip resolves the wheel's declared requirements as it would from
+the index, and the test itself reaches no network. The venv has no pip of its own (this one's
+installs into it, ``--python``): a few seconds less, and nothing the user's install lacks.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import pytest
 from openai import OpenAI
 
 from tests.deploy.tools import DEPLOY, ROOT, run, serving
+from tests.deploy.tools import installed as put_in_place
 
 SHIPPED = (
     *("pyproject.toml", "setup.py", "build_support", "MANIFEST.in", "README.md"),
     *("gateway", "routing", "loadtests", "proto"),
 )
+WHEELHOUSE = Path(sys.prefix) / "wheelhouse"  # scripts/runtime_wheelhouse.sh fills it
+PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet")
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -38,17 +44,20 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         else:
             source.mkdir(exist_ok=True)
             shutil.copy2(path, source / name)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", work / "dist", source])
+    wheelhouse = put_in_place(WHEELHOUSE / ".complete").parent  # by `make setup`
+    run([*PIP, "wheel", "--no-deps", "--no-build-isolation", "-w", work / "dist", source])
     (wheel,) = (work / "dist").glob("meridian_gateway-*.whl")
-    run([sys.executable, "-m", "venv", work / "venv"])
+    run([sys.executable, "-m", "venv", "--without-pip", work / "venv"])
     bin_dir = work / "venv" / "bin"
-    run([bin_dir / "python", "-m", "pip", "--disable-pip-version-check", "-q", "install", wheel])
+    into = ("--python", bin_dir / "python")
+    run([*PIP, *into, "install", "--no-index", "--find-links", wheelhouse, wheel])
     yield bin_dir
 
 
 def test_no_extra_is_installed(installed: Path) -> None:
-    listed = run([installed / "python", "-m", "pip", "list", "--format=freeze"], cwd=installed)
+    # Not PIP: --quiet hides the list.
+    pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", installed / "python"]
+    listed = run([*pip, "list", "--format=freeze"], cwd=installed)
     names = {line.split("==")[0].lower() for line in listed.stdout.split()}
     assert "meridian-gateway" in names
     assert not names & {"matplotlib", "openai", "pytest"}
