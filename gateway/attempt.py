@@ -80,6 +80,9 @@ class AttemptContext:
     forward_headers: Mapping[str, str]
     policy: ClassPolicy
     prepared: PreparedEntries  # the first byte's entries, worked out while upstream
+    # The door builds from each event's parsed object (gRPC): the exchange keeps it on the
+    # event (SseEvent.parsed). Others write the bytes as they came and never hold one.
+    keep_parsed: bool = False
 
 
 def retry_after(response: UpstreamResponse) -> float | None:
@@ -131,6 +134,7 @@ async def run_attempt(
                 StreamStats(started_at=ctx.inbound.received_at),
                 call.grammar,
                 inter_token_s=ctx.policy.inter_token_s,
+                keep_parsed=ctx.keep_parsed,
             )
             opened = OpenedStream(spec, route, exchange, [], state=state, upstream_hold=hold)
             # Its own timing is in the headers, in before its first token (engines send them

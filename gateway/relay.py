@@ -235,7 +235,9 @@ class Relay:
         state.budget.on_request()
         policy = state.policy(inbound.profile.latency_class)
         prepared = PreparedEntries(decision, profile)
-        ctx = AttemptContext(state, self.metrics, inbound, forward_headers, policy, prepared)
+        ctx = AttemptContext(
+            state, self.metrics, inbound, forward_headers, policy, prepared, record.door == "grpc"
+        )
         limit = state.config.limits.max_attempts
         return CandidateWalk(ctx, decision, profile, first, limit, self.retry_after)
 

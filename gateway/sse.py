@@ -17,9 +17,9 @@ import orjson
 class SseEvent:
     raw: bytes  # the event as it should be written to the client, ending in a blank line
     data: bytes | None  # joined ``data:`` fields, None for comment-only events
-    # ``data``'s JSON object, once the relay core has checked the event (UpstreamExchange.check
-    # parses it): a door that needs the object (gRPC's messages) takes it from here, not from a
-    # second parse.
+    # ``data``'s JSON object, from the parse that checked the event (UpstreamExchange.check),
+    # kept only for a door that builds from it (the gRPC door's messages: no second parse).
+    # Other doors write the bytes; holding it would cost an open stream ~1 KB an event held.
     parsed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property

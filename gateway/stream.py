@@ -127,6 +127,7 @@ class UpstreamExchange:
     ended_by: SseEvent | None = None  # the event that ended the stream ([DONE], message_stop)
     watch: ReadWatch | None = None  # the inter-token timer and deadline (gateway/read_watch.py)
     tick: Callable[[float], None] | None = None  # each read's arrival: routing's step clock
+    keep_parsed: bool = False  # each checked event keeps its parsed object (AttemptContext)
 
     def note(self, event: SseEvent, obj: dict[str, Any] | None, carries: bool) -> None:
         ends = self.grammar.ends(event, obj)
@@ -231,9 +232,9 @@ class UpstreamExchange:
         and the push (gateway/push_phase.py)."""
         grammar, data = self.grammar, event.data
         plain = obj = None
-        # The event's one parse, kept for a door that builds from the object (event.parsed).
-        if data is not None and (obj := event_object(event)) is not None:
-            event.parsed = obj
+        if data is not None and (obj := event_object(event)) is not None:  # its one parse
+            if self.keep_parsed:  # for a door that builds from the object (event.parsed)
+                event.parsed = obj
             plain = grammar.plain(obj, data)
         if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)
             if plain:  # StreamStats.on_token_event(now), inline: runs for every token event
