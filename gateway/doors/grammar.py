@@ -32,11 +32,7 @@ def event_object(event: SseEvent) -> Obj | None:
     """The event's JSON object; None for a comment, ``[DONE]``, non-JSON or a non-object."""
     if event.data is None or event.is_done:
         return None
-    try:
-        obj = orjson.loads(event.data)
-    except orjson.JSONDecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None
+    return _loads_object(event.data)
 
 
 def _loads_object(body: bytes) -> Obj | None:
