@@ -15,6 +15,7 @@ from gateway.config import parse_config
 from gateway.grpc.client import inference_stub
 from gateway.grpc.mount import GRPC_SERVER
 from gateway.grpc.server import GrpcEngine
+from gateway.sse import SseSplitter
 from loadtests.emulator.config import EmulatedBackendConfig
 from loadtests.emulator.server import start_emulated_backend
 from proto.meridian.v1 import inference_pb2 as pb
@@ -62,8 +63,8 @@ async def test_alias_reaches_the_backend_by_its_own_id(grpc_engine: GrpcEngine) 
 
 def _chunk_events(body: bytes) -> list[bytes]:
     """The data of each ``chat.completion.chunk`` event of an SSE body."""
-    lines = body.split(b"\n")
-    return [line[6:] for line in lines if line.startswith(b"data: {") and b".chunk" in line]
+    events = SseSplitter().feed(body)
+    return [e.data for e in events if e.data is not None and b"chat.completion.chunk" in e.data]
 
 
 async def test_each_upstream_chunk_is_parsed_once_and_named_as_the_client_named_it(
