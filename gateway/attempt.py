@@ -32,6 +32,7 @@ from gateway.scrub import connect_words, scrub, status_words
 from gateway.signals.outlier import FailureKind
 from gateway.sse import SseSplitter
 from gateway.stream import OpenedStream, RouteInfo, StreamBroken, UpstreamExchange
+from gateway.tcp_connect import ConnectTimeout
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming
 from gateway.upstream_response import UpstreamResponse
@@ -143,8 +144,11 @@ async def run_attempt(
             failure = await _read_first(exchange, name, ctx.inbound.stream)
             if failure is not None:
                 return failed(ctx, hold, failure, response)
-    except TimeoutError:
-        message = f"no first token within {first_token_s:.1f}s"
+    except TimeoutError as exc:
+        if isinstance(exc, ConnectTimeout):
+            message = "no connection within the connect timeout"
+        else:
+            message = f"no first token within {first_token_s:.1f}s"
         return failed(ctx, hold, AttemptFailure(name, "timeout", message), response)
     except (aiohttp.ClientError, OSError) as exc:
         log.warning("backend=%s connect failed: %s", name, scrub(repr(exc)))

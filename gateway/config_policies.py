@@ -13,7 +13,12 @@ from gateway.config_base import StrictSection as _Strict
 
 class TimeoutsConfig(_Strict):
     connect_s: Annotated[float, Field(gt=0)] = Field(
-        default=5.0, description="Connecting to a backend, in seconds."
+        default=5.0,
+        description=(
+            "Connecting to a backend, in seconds: its TCP handshake (a TLS one gets as long "
+            "again). At the deadline the kernel is asked whether the handshake completed: an "
+            "event loop too busy to see it in time is not the backend's fault."
+        ),
     )
     first_token_s: Annotated[float, Field(gt=0)] = Field(
         default=60.0,

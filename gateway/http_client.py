@@ -34,6 +34,12 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from yarl import URL
 
+from gateway.tcp_connect import (
+    SocketAddress,
+    connect_socket,
+    literal_addresses,
+    socket_addresses,
+)
 from gateway.upstream_response import UpstreamResponse
 
 _KEEPALIVE_S = 30.0
@@ -145,6 +151,8 @@ class ConnectionPool:
         if url.scheme == "https":
             self._ssl = ssl_context if isinstance(ssl_context, ssl.SSLContext) else _default_tls()
         self._resolver = resolver
+        # An IP literal's address, worked out once (a name is looked up at every connect).
+        self._literal = literal_addresses(self.host, self.port) if resolver is None else None
         self._limit = limit
         self._idle: list[UpstreamConnection] = []
         self._open: set[UpstreamConnection] = set()
@@ -178,8 +186,7 @@ class ConnectionPool:
     async def _connect(self, connect_s: float) -> UpstreamConnection:
         self._connecting += 1
         try:
-            async with asyncio.timeout(connect_s):
-                conn = await self._connect_any(await self._addresses())
+            conn = await self._connect_any(connect_s)
         finally:
             self._connecting -= 1
             self._wake_one()
@@ -189,29 +196,43 @@ class ConnectionPool:
         self._open.add(conn)
         return conn
 
-    async def _connect_any(self, addresses: list[tuple[str, int]]) -> UpstreamConnection:
-        """The first address that takes the connection, in the resolver's order."""
+    async def _connect_any(self, connect_s: float) -> UpstreamConnection:
+        """The first address that takes the connection, in the resolver's order, all within
+        ``connect_s``; whether a handshake made it in time is the kernel's word
+        (gateway/tcp_connect.py), not a timer's that the loop ran late."""
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + connect_s
+        targets = self._literal
+        if targets is None:
+            async with asyncio.timeout_at(deadline):
+                targets = await self._lookup()
         failure: OSError = OSError(f"no address for {self.host}")
-        for host, port in addresses:
+        for target in targets:
             try:
-                _, conn = await loop.create_connection(
-                    lambda: UpstreamConnection(self),
-                    host,
-                    port,
-                    ssl=self._ssl,
-                    server_hostname=self.host if self._ssl is not None else None,
-                )
-                return conn
+                sock = await connect_socket(target, deadline)
+            except TimeoutError:
+                raise  # the deadline is for every address: none is left time
             except OSError as exc:
                 failure = exc
+                continue
+            _, conn = await loop.create_connection(
+                lambda: UpstreamConnection(self),
+                sock=sock,
+                ssl=self._ssl,
+                server_hostname=self.host if self._ssl is not None else None,
+                ssl_handshake_timeout=connect_s if self._ssl is not None else None,
+            )
+            return conn
         raise failure
 
-    async def _addresses(self) -> list[tuple[str, int]]:
+    async def _lookup(self) -> list[SocketAddress]:
         if self._resolver is None:
-            return [(self.host, self.port)]
+            return await socket_addresses(self.host, self.port)
         found = await self._resolver.resolve(self.host, self.port, socket.AF_UNSPEC)
-        return [(entry["host"], entry["port"]) for entry in found]
+        return [
+            (socket.AddressFamily(entry["family"]), (entry["host"], entry["port"]))
+            for entry in found
+        ]
 
     def put_back(self, conn: UpstreamConnection) -> None:
         if self.closed:

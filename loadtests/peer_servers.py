@@ -29,6 +29,8 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from loadtests.processes import stop_process
+
 _READY_S = 120.0
 DEFAULT_VENVS = Path.home() / ".cache" / "meridian-bench-peers"
 
@@ -103,13 +105,7 @@ async def _running(argv: list[str], ready_url: str) -> AsyncIterator[int]:
         await _wait_http(ready_url, process)
         yield process.pid
     finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 15)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await stop_process(process, grace_s=15)
 
 
 @contextlib.asynccontextmanager

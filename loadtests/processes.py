@@ -1,5 +1,9 @@
 """Meridian's own programs as subprocesses, for benchmarks that must not share a core or an
-event loop with the load generator: ``meridian emulate`` and ``meridian serve``."""
+event loop with the load generator: ``meridian emulate`` and ``meridian serve``.
+
+Their stderr (the gateway's log) is dropped, unless ``MERIDIAN_BENCH_LOGS`` names a directory:
+then each process writes it to a file of its own there (``serve-*.log``, ``emulate-*.log``,
+``mock_backend-*.log``), to read why a run had errors."""
 
 from __future__ import annotations
 
@@ -8,9 +12,9 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 import yaml
@@ -22,23 +26,47 @@ _READY_TIMEOUT_S = 30.0
 async def _process(
     argv: list[str], env: Mapping[str, str] | None = None
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-        cwd=_checkout(env),
-    )
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
+    with _stderr_sink(argv) as stderr:
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env, cwd=_checkout(env)
+        )
+        try:
+            yield process
+        finally:
+            await stop_process(process)
+
+
+async def stop_process(process: asyncio.subprocess.Process, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it is still running ``grace_s`` later."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):  # it ended since returncode was read
             process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        try:
+            await asyncio.wait_for(process.wait(), grace_s)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+@contextlib.contextmanager
+def _stderr_sink(argv: list[str]) -> Iterator[int | IO[bytes]]:
+    """Where a child's stderr goes: nowhere, or a file in ``MERIDIAN_BENCH_LOGS``."""
+    folder = os.environ.get("MERIDIAN_BENCH_LOGS")
+    if not folder:
+        yield asyncio.subprocess.DEVNULL
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    program = next((arg for arg in argv[1:] if not arg.startswith("-")), "process")
+    name = program.rsplit(".", 1)[-1] if program != "gateway.cli" else _cli_command(argv)
+    with tempfile.NamedTemporaryFile(
+        "ab", dir=folder, prefix=f"{name}-", suffix=".log", delete=False
+    ) as sink:
+        yield sink
+
+
+def _cli_command(argv: list[str]) -> str:
+    """``serve`` or ``emulate``: the ``meridian`` command a ``gateway.cli`` argv runs."""
+    return next((arg for arg in argv if arg in ("serve", "emulate")), "meridian")
 
 
 def _checkout(env: Mapping[str, str] | None) -> str | None:

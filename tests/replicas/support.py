@@ -21,6 +21,7 @@ import yaml
 
 from loadtests.emulator.config import EmulatedBackendConfig, EngineParams
 from loadtests.emulator.server import RunningEmulator, start_emulated_backend
+from loadtests.processes import stop_process
 from tests.servers import hang_bound
 
 MODEL = "replica-model"
@@ -130,14 +131,7 @@ async def serve(config: dict[str, Any], workdir: Path, name: str) -> AsyncIterat
         admin = (await asyncio.wait_for(process.stdout.readline(), _READY_TIMEOUT_S)).decode()
         yield Replica(text.split()[-1], process, log, admin.split()[-1])
     finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await stop_process(process)
 
 
 @dataclass
