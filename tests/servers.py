@@ -30,6 +30,16 @@ def refusing_port() -> int:
     return int(sock.getsockname()[1])
 
 
+def unanswering_port() -> int:
+    """A loopback port whose TCP handshakes never complete while the tests run: it listens
+    with an accept queue of one, filled and never accepted, so the kernel drops every further
+    SYN (the client stays in SYN_SENT, as with a host that is down or a firewall that drops)."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    filler = socket.create_connection(listener.getsockname(), timeout=10)
+    _REFUSING.extend((listener, filler))
+    return int(listener.getsockname()[1])
+
+
 def engine_holds(backend: RunningEmulator) -> int:
     """Requests an emulated engine holds now: admitted, stalled or generating."""
     return backend.stats.running + backend.stats.waiting

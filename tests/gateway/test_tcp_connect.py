@@ -15,11 +15,14 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 from yarl import URL
 
 from gateway.http_client import ConnectionPool
 from gateway.tcp_connect import ConnectTimeout, connect_socket, socket_addresses
+from tests.gateway.support import MODEL, config_for
+from tests.servers import GatewayFactory, refusing_port, unanswering_port
 
 _SAFETY_S = 30.0  # a blocking accept that never returns would hang the suite: it fails instead
 
@@ -76,31 +79,15 @@ async def test_the_socket_level_connect_reads_the_kernel_after_a_late_deadline(
 async def test_a_handshake_still_in_progress_at_the_deadline_times_out_and_leaks_no_socket() -> (
     None
 ):
-    # A listener whose accept queue is full drops further SYNs: the handshake stays in progress.
-    full = socket.create_server(("127.0.0.1", 0), backlog=0)
-    fillers = []
-    try:
-        for _ in range(4):  # more than the queue holds: the kernel keeps some in SYN_SENT
-            filler = socket.socket()
-            filler.setblocking(False)
-            filler.connect_ex(full.getsockname())
-            fillers.append(filler)
-        (target,) = await socket_addresses("127.0.0.1", full.getsockname()[1])
-        opened_before = _open_fds()
-        with pytest.raises(ConnectTimeout):
-            await connect_socket(target, asyncio.get_running_loop().time() + 0.05)
-        assert _open_fds() == opened_before
-    finally:
-        for filler in fillers:
-            filler.close()
-        full.close()
+    (target,) = await socket_addresses("127.0.0.1", unanswering_port())
+    opened_before = _open_fds()
+    with pytest.raises(ConnectTimeout):
+        await connect_socket(target, asyncio.get_running_loop().time() + 0.05)
+    assert _open_fds() == opened_before
 
 
 async def test_a_refused_connect_is_its_error_not_a_timeout() -> None:
-    closed = socket.create_server(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()  # nothing listens on the port now: the kernel answers with a reset
-    pool = ConnectionPool(URL(f"http://127.0.0.1:{port}"), 4, True)
+    pool = ConnectionPool(URL(f"http://127.0.0.1:{refusing_port()}"), 4, True)
     with pytest.raises(ConnectionRefusedError):
         await pool.acquire(connect_s=30.0)
 
@@ -114,3 +101,20 @@ async def test_a_host_name_is_looked_up_and_an_ip_literal_is_not() -> None:
 
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+async def test_the_client_is_told_the_backend_took_no_connection_not_that_no_token_came(
+    gateway: GatewayFactory,
+) -> None:
+    timeouts = {"first_token_s": 30.0, "connect_s": 0.2}
+    running = await gateway(
+        config_for({"b1": f"http://127.0.0.1:{unanswering_port()}"}, timeouts=timeouts)
+    )
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(running.url + "/v1/chat/completions", json=body) as response:
+            assert response.status == 504
+            error = (await response.json())["error"]
+    assert error["code"] == "upstream_timeout"
+    assert "b1: timeout (no connection within the connect timeout)" in error["message"]
+    assert "127.0.0.1" not in error["message"]

@@ -14,6 +14,7 @@ from gateway.state_keys import RELAY
 from loadtests.emulator.config import FaultConfig
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
 from tests.observability.support import CapturedLog, until
+from tests.servers import unanswering_port
 
 PROMPT_CANARY = "canary-prompt-7f3a9c"
 SECRET_CANARY = "canary-secret-51d0e2"
@@ -86,6 +87,25 @@ async def test_a_retry_lists_each_attempt_and_its_outcome(
         {"backend": "b2", "hedge": False, "outcome": "ok"},
     ]
     assert line["outcome"] == "ok"
+
+
+async def test_a_backend_that_never_completes_the_handshake_is_a_timeout_and_the_retry_goes_on(
+    emulator, gateway, captured: CapturedLog
+) -> None:
+    healthy = await emulator("b2")
+    silent = f"http://127.0.0.1:{unanswering_port()}"
+    timeouts = {"first_token_s": 5.0, "connect_s": 0.2}
+    config = config_for(
+        {"b1": silent, "b2": healthy.url}, routing={"policy": "round_robin"}, timeouts=timeouts
+    )
+    running = await gateway(config)
+    status, _ = await _post(running.url, _chat())  # round robin starts at b1
+    assert status == 200
+    (line,) = await captured.wait_requests(1)
+    assert line["attempt_outcomes"] == [
+        {"backend": "b1", "hedge": False, "outcome": "timeout"},
+        {"backend": "b2", "hedge": False, "outcome": "ok"},
+    ]
 
 
 async def test_every_attempt_failing_is_logged_with_the_status_the_client_got(
