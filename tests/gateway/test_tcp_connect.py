@@ -4,8 +4,8 @@ deadline; one still in progress at the deadline is a timeout; a refused one is i
 
 The loop's lag is made, not waited for: the test blocks the loop in a plain ``accept()`` on a
 listening socket, which returns once the kernel has completed the handshake — so the handshake
-is done, and the deadline (a microsecond) long past, before the loop next runs a timer or polls. A host that never
-answers is a port whose accept queue is full, so the kernel drops its SYNs
+is done, and the deadline (a microsecond) long past, before the loop next runs a timer or polls.
+A host that never answers is a port whose accept queue is full, so the kernel drops its SYNs
 (``tests.servers.unanswering_port``).
 """
 
