@@ -24,7 +24,9 @@ from typing import Any
 
 SocketAddress = tuple[socket.AddressFamily, tuple[str, int] | tuple[str, int, int, int]]
 
-_IN_PROGRESS = (errno.EINPROGRESS, errno.EAGAIN, errno.EALREADY)
+# A non-blocking TCP connect under way (EINTR: a signal came, the handshake goes on). Not
+# EAGAIN: for TCP that is "no local port left", a failure, not a connect in progress.
+_IN_PROGRESS = (errno.EINPROGRESS, errno.EINTR)
 
 
 class ConnectTimeout(TimeoutError):
@@ -55,8 +57,8 @@ def _addresses(found: list[tuple[Any, ...]]) -> list[SocketAddress]:
 
 
 async def connect_socket(target: SocketAddress, deadline: float) -> socket.socket:
-    """A connected non-blocking socket to ``target``, or :class:`ConnectTimeout` if the kernel has not
-    completed the handshake by ``deadline`` (the loop's clock), or the connect's ``OSError``."""
+    """A connected non-blocking socket to ``target``; :class:`ConnectTimeout` if the kernel has
+    not completed the handshake by ``deadline`` (the loop's clock); else the connect's error."""
     family, address = target
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
