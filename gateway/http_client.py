@@ -38,7 +38,7 @@ from gateway.tcp_connect import (
     SocketAddress,
     connect_socket,
     literal_addresses,
-    socket_addresses,
+    looked_up,
 )
 from gateway.upstream_response import UpstreamResponse
 
@@ -227,7 +227,7 @@ class ConnectionPool:
 
     async def _lookup(self) -> list[SocketAddress]:
         if self._resolver is None:
-            return await socket_addresses(self.host, self.port)
+            return await looked_up(self.host, self.port)  # a name: IP literals never get here
         found = await self._resolver.resolve(self.host, self.port, socket.AF_UNSPEC)
         return [
             (socket.AddressFamily(entry["family"]), (entry["host"], entry["port"]))

@@ -42,12 +42,9 @@ def literal_addresses(host: str, port: int) -> list[SocketAddress] | None:
     return _addresses(found)
 
 
-async def socket_addresses(host: str, port: int) -> list[SocketAddress]:
-    """``host``'s addresses in the resolver's order: an IP literal without any lookup, a name
-    by the loop's resolver (a thread; never the loop's own)."""
-    literal = literal_addresses(host, port)
-    if literal is not None:
-        return literal
+async def looked_up(host: str, port: int) -> list[SocketAddress]:
+    """A host name's addresses in the resolver's order, by the loop's resolver (a thread; never
+    the loop's own)."""
     loop = asyncio.get_running_loop()
     return _addresses(await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -38,6 +39,11 @@ def unanswering_port() -> int:
     filler = socket.create_connection(listener.getsockname(), timeout=10)
     _REFUSING.extend((listener, filler))
     return int(listener.getsockname()[1])
+
+
+def open_fds() -> int:
+    """File descriptors this test process holds now (sockets among them)."""
+    return len(os.listdir("/proc/self/fd"))
 
 
 def engine_holds(backend: RunningEmulator) -> int:

@@ -12,7 +12,6 @@ A host that never answers is a port whose accept queue is full, so the kernel dr
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +21,9 @@ import pytest
 from yarl import URL
 
 from gateway.http_client import ConnectionPool
-from gateway.tcp_connect import ConnectTimeout, connect_socket, socket_addresses
+from gateway.tcp_connect import ConnectTimeout, connect_socket, literal_addresses, looked_up
 from tests.gateway.support import MODEL, config_for
-from tests.servers import GatewayFactory, refusing_port, unanswering_port
+from tests.servers import GatewayFactory, open_fds, refusing_port, unanswering_port
 
 _SAFETY_S = 30.0  # a blocking accept that never returns would hang the suite: it fails instead
 
@@ -70,7 +69,7 @@ async def test_a_handshake_done_before_a_late_loop_looks_is_a_connection(
 async def test_the_socket_level_connect_reads_the_kernel_after_a_late_deadline(
     listener: socket.socket,
 ) -> None:
-    (target,) = await socket_addresses("127.0.0.1", listener.getsockname()[1])
+    (target,) = literal_addresses("127.0.0.1", listener.getsockname()[1]) or []
     deadline = asyncio.get_running_loop().time()  # already passed
     connecting = asyncio.ensure_future(connect_socket(target, deadline))
     accepted = await _start_then_block_until_accepted(listener, connecting)
@@ -81,11 +80,11 @@ async def test_the_socket_level_connect_reads_the_kernel_after_a_late_deadline(
 async def test_a_handshake_still_in_progress_at_the_deadline_times_out_and_leaks_no_socket() -> (
     None
 ):
-    (target,) = await socket_addresses("127.0.0.1", unanswering_port())
-    opened_before = _open_fds()
+    (target,) = literal_addresses("127.0.0.1", unanswering_port()) or []
+    opened_before = open_fds()
     with pytest.raises(ConnectTimeout):
         await connect_socket(target, asyncio.get_running_loop().time() + 0.05)
-    assert _open_fds() == opened_before
+    assert open_fds() == opened_before
 
 
 async def test_a_refused_connect_is_its_error_not_a_timeout() -> None:
@@ -95,14 +94,11 @@ async def test_a_refused_connect_is_its_error_not_a_timeout() -> None:
 
 
 async def test_a_host_name_is_looked_up_and_an_ip_literal_is_not() -> None:
-    assert await socket_addresses("127.0.0.1", 80) == [(socket.AF_INET, ("127.0.0.1", 80))]
-    assert await socket_addresses("::1", 80) == [(socket.AF_INET6, ("::1", 80, 0, 0))]
-    found = await socket_addresses("localhost", 80)
+    assert literal_addresses("127.0.0.1", 80) == [(socket.AF_INET, ("127.0.0.1", 80))]
+    assert literal_addresses("::1", 80) == [(socket.AF_INET6, ("::1", 80, 0, 0))]
+    assert literal_addresses("localhost", 80) is None
+    found = await looked_up("localhost", 80)
     assert found and all(address[1] == 80 for _, address in found)
-
-
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 async def test_the_client_is_told_the_backend_took_no_connection_not_that_no_token_came(
