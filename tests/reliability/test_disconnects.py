@@ -33,7 +33,7 @@ from tests.reliability.support import (
     engine_holds,
     wait_for,
 )
-from tests.servers import leave_once_admitted
+from tests.servers import leave_once_admitted, open_fds
 
 SLOW = FAST_ENGINE.model_copy(update={"decode_base_ms": 20.0})
 STALLING = FaultConfig(stall_ms=60_000.0)  # no first token while the test runs
@@ -98,10 +98,6 @@ async def test_disconnect_cancels_upstream_before_it_finishes(
     await wait_for(lambda: running.app[RELAY].fleet.in_flight(backend.config.name) == 0, SETTLE_S)
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -146,7 +142,7 @@ async def test_a_thousand_disconnects_leak_no_tasks_sockets_or_memory(
     caplog.clear()
     gc.collect()
     baseline_tasks = set(asyncio.all_tasks())
-    tasks, fds, rss = len(baseline_tasks), _open_fds(), _rss_bytes()
+    tasks, fds, rss = len(baseline_tasks), open_fds(), _rss_bytes()
     responses = _live(aiohttp.ClientResponse)
     for _ in range(20):
         await wave(50)
@@ -157,7 +153,7 @@ async def test_a_thousand_disconnects_leak_no_tasks_sockets_or_memory(
         gc.collect()
         return (
             len(asyncio.all_tasks()) <= tasks
-            and _open_fds() <= fds + 4
+            and open_fds() <= fds + 4
             and _live(OpenedStream) == 0
             and _live(aiohttp.ClientResponse) <= responses
         )
@@ -171,7 +167,7 @@ async def test_a_thousand_disconnects_leak_no_tasks_sockets_or_memory(
     assert cancelled() == sent == 1060
     new_tasks = [t.get_name() for t in asyncio.all_tasks() - baseline_tasks]
     assert len(asyncio.all_tasks()) <= tasks, f"tasks leaked: {new_tasks}"
-    assert _open_fds() <= fds + 4, f"sockets leaked: {fds} -> {_open_fds()}"
+    assert open_fds() <= fds + 4, f"sockets leaked: {fds} -> {open_fds()}"
     assert _live(OpenedStream) == 0
     assert _live(aiohttp.ClientResponse) <= responses
     assert relay.state.active == 0 and relay.drain.in_flight == 0
