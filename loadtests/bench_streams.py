@@ -1,6 +1,7 @@
 """Many concurrent streams through one gateway process: memory per open stream, and errors.
 
     python -m loadtests.bench_streams [--streams 5000] [--tokens 8] [--token-ms 2000] [--waves 3]
+                                      [--tls]
 
 An emulated backend decodes slowly (one token every ``--token-ms``) so that ``--streams``
 streams are open at once; the load generator opens them all together (closed loop, concurrency
@@ -11,6 +12,10 @@ the same gateway process, one after another: flat memory means the RSS after eac
 where the first left it (CPython keeps its arenas, so "after" need not fall back to "idle";
 it must not climb wave over wave). Reported per wave: errors, RSS peak / after, and
 (peak - idle) / streams; and the growth of "after" from the first wave to the last.
+Also reported: the gateway's probe and scrape errors by kind over the run (``lagged``: a
+deadline that passed while the gateway's own loop was too busy to look, gateway/lag_timeout.py;
+no verdict on the backend). ``--tls``: the backend serves HTTPS (a throwaway CA, ``loadtests/tls_certs.py``), so every
+stream's upstream connection is a TLS handshake too, as with a provider's endpoint.
 """
 
 from __future__ import annotations
@@ -18,14 +23,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import tempfile
 from pathlib import Path
 from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.bench.report import summarize
 from loadtests.bench.runner import BenchOptions, run_bench
 from loadtests.bench.workload import parse_workload
-from loadtests.processes import emulated_backend, gateway
+from loadtests.processes import ADMIN_URLS, emulated_backend, gateway
 from loadtests.results_file import write_results
+from loadtests.tls_certs import LocalCertificates, local_certificates
 
 MODEL = "streams-model"
 
@@ -80,7 +90,9 @@ async def _wave(url: str, pid: int, streams: int, tokens: int, idle: float) -> d
     }
 
 
-async def measure(streams: int, tokens: int, token_ms: float, waves: int = 1) -> dict[str, Any]:
+async def measure(
+    streams: int, tokens: int, token_ms: float, waves: int = 1, tls: bool = False
+) -> dict[str, Any]:
     engine = {
         "max_num_seqs": streams * 2,
         "max_num_batched_tokens": 10_000_000,
@@ -89,8 +101,26 @@ async def measure(streams: int, tokens: int, token_ms: float, waves: int = 1) ->
         "decode_per_seq_ms": 0,
         "first_token_overhead_ms": 20,
     }
-    async with emulated_backend("b1", MODEL, engine) as (backend_url, _):
+    with tempfile.TemporaryDirectory(prefix="bench-streams-") as where:
+        certificates = local_certificates(Path(where)) if tls else None
+        return await _measure(engine, streams, tokens, waves, certificates)
+
+
+async def _measure(
+    engine: dict[str, Any],
+    streams: int,
+    tokens: int,
+    waves: int,
+    certificates: LocalCertificates | None,
+) -> dict[str, Any]:
+    serve_tls: list[str] = []
+    if certificates is not None:
+        serve_tls = ["--tls-cert", str(certificates.cert_file)]
+        serve_tls += ["--tls-key", str(certificates.key_file)]
+    async with emulated_backend("b1", MODEL, engine, extra=serve_tls) as (backend_url, _):
         backend: dict[str, object] = {"name": "b1", "region": "local", "url": backend_url + "/v1"}
+        if certificates is not None:
+            backend["tls"] = {"ca_file": str(certificates.ca_file)}
         # The gateway is told the engine's real batch size, or its capacity filter (4x the
         # batch queued) would refuse streams past ~1,280 with a 503, as it should.
         backend["capacity"] = {"max_num_seqs": streams * 2}
@@ -105,9 +135,11 @@ async def measure(streams: int, tokens: int, token_ms: float, waves: int = 1) ->
             await run_bench(url, warm, BenchOptions(max_connections=20))
             idle = rss_mb(pid)
             rounds = [await _wave(url, pid, streams, tokens, idle) for _ in range(waves)]
+            signal_errors = await _signal_errors(ADMIN_URLS[url])
     first, last = rounds[0], rounds[-1]
     return {
         "streams": streams,
+        "tls": certificates is not None,
         "waves": rounds,
         # The first wave's figures at the top level, as before --waves existed.
         **{key: first[key] for key in ("ok", "errors", "error_kinds", "kb_per_stream")},
@@ -116,7 +148,22 @@ async def measure(streams: int, tokens: int, token_ms: float, waves: int = 1) ->
         "rss_after_mb": last["rss_after_mb"],
         "after_growth_mb": last["rss_after_mb"] - first["rss_after_mb"],
         "ttft_p99_ms": first["ttft_p99_ms"],
+        "signal_errors": signal_errors,
     }
+
+
+async def _signal_errors(admin_url: str) -> dict[str, float]:
+    """``probe:KIND`` and ``scrape:KIND`` -> how many, from the gateway's /metrics."""
+    async with aiohttp.ClientSession() as session, session.get(f"{admin_url}/metrics") as response:
+        page = await response.text()
+    counted: dict[str, float] = {}
+    names = {"meridian_probe_errors_total": "probe", "meridian_scrape_errors_total": "scrape"}
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name in names:
+                key = f"{names[sample.name]}:{sample.labels['kind']}"
+                counted[key] = counted.get(key, 0.0) + sample.value
+    return counted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,12 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--token-ms", type=float, default=2000.0)
     parser.add_argument("--waves", type=int, default=1, help="the same burst, N times in a row")
+    parser.add_argument("--tls", action="store_true", help="the backend serves HTTPS")
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
-    result = uvloop.run(measure(args.streams, args.tokens, args.token_ms, args.waves))
-    print(f"{result['streams']} streams a wave; gateway RSS idle {result['rss_idle_mb']:.1f} MB")
+    result = uvloop.run(measure(args.streams, args.tokens, args.token_ms, args.waves, args.tls))
+    over = "HTTPS" if args.tls else "HTTP"
+    print(
+        f"{result['streams']} streams a wave (backend over {over}); "
+        f"gateway RSS idle {result['rss_idle_mb']:.1f} MB"
+    )
     print(
         "| wave | ok | errors | RSS peak MB | RSS after MB | KB per open stream | TTFT p50 / p99 ms |"
     )
@@ -142,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{wave['ttft_p50_ms']:.0f} / {wave['ttft_p99_ms']:.0f} |"
         )
     print(f"RSS after the last wave - after the first: {result['after_growth_mb']:+.1f} MB")
+    errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(result["signal_errors"].items()))
+    print(f"probe and scrape errors by kind: {errors or 'none'}")
     write_results(args.out, "streams", result)
     return 0
 

@@ -2,6 +2,7 @@
 
     meridian emulate FLEET.yaml [--host 127.0.0.1] [--from-region R]
     meridian emulate --backend NAME --model M [--port P] [--rtt-ms 0] [--engine KEY=VALUE ...]
+    meridian emulate ... --tls-cert CERT.pem --tls-key KEY.pem   (HTTPS, as a provider serves)
 
 Prints one JSON line per backend (name, url, region, kind, models), then ``{"ready": true}``,
 and serves until SIGINT/SIGTERM.
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("fleet", nargs="?", help="fleet YAML file")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--from-region", help="add each backend's RTT from this region")
+    parser.add_argument("--tls-cert", help="PEM server certificate: serve HTTPS (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
     single = parser.add_argument_group("a single backend, without a fleet file")
     single.add_argument("--backend", help="backend name")
     single.add_argument("--model", action="append", default=[], help="model served (repeat)")
@@ -112,7 +116,22 @@ def _announce(emulator: RunningEmulator) -> None:
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
 
 
-async def _serve(configs: list[tuple[EmulatedBackendConfig, int]], host: str) -> None:
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | str | None:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together"
+    if args.tls_cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        return f"cannot load --tls-cert/--tls-key: {exc}"
+    return context
+
+
+async def _serve(
+    configs: list[tuple[EmulatedBackendConfig, int]], host: str, tls: ssl.SSLContext | None
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -120,7 +139,7 @@ async def _serve(configs: list[tuple[EmulatedBackendConfig, int]], host: str) ->
     running: list[RunningEmulator] = []
     try:
         for config, port in configs:
-            running.append(await start_emulated_backend(config, host, port))
+            running.append(await start_emulated_backend(config, host, port, tls))
         for emulator in running:
             _announce(emulator)
         sys.stdout.write('{"ready": true}\n')
@@ -134,8 +153,10 @@ async def _serve(configs: list[tuple[EmulatedBackendConfig, int]], host: str) ->
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     configs = _configs(args)
-    if isinstance(configs, str):
-        print(f"meridian emulate: {configs}", file=sys.stderr)
+    tls = _tls(args)
+    if isinstance(configs, str) or isinstance(tls, str):
+        problem = configs if isinstance(configs, str) else tls
+        print(f"meridian emulate: {problem}", file=sys.stderr)
         return 2
     try:
         import uvloop
@@ -145,7 +166,7 @@ def main(argv: list[str]) -> int:
         runner = asyncio.run
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            runner(_serve(configs, args.host))
+            runner(_serve(configs, args.host, tls))
     except OSError as exc:  # e.g. the port is taken
         print(f"meridian emulate: cannot listen on {args.host}: {exc}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -306,13 +307,20 @@ class RunningEmulator:
 
 
 async def start_emulated_backend(
-    config: EmulatedBackendConfig, host: str = "127.0.0.1", port: int = 0
+    config: EmulatedBackendConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls: ssl.SSLContext | None = None,
 ) -> RunningEmulator:
+    """Serve ``config`` on ``host:port``; over HTTPS with ``tls`` (a server context), as a real
+    provider's endpoint is."""
     app = build_app(config)
     # handler_cancellation: a client that goes away cancels its handler, which frees the slot.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     bound_port = runner.addresses[0][1]
-    return RunningEmulator(config.name, f"http://{host}:{bound_port}", config, runner, app[BACKEND])
+    scheme = "http" if tls is None else "https"
+    url = f"{scheme}://{host}:{bound_port}"
+    return RunningEmulator(config.name, url, config, runner, app[BACKEND])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import yaml
 from gateway.config import ConfigError, parse_config
 from gateway.grpc.mount import GRPC_SERVER
 from gateway.state_keys import RELAY
+from loadtests.tls_certs import make_ca, make_leaf
 from tests.gateway.support import config_for
 from tests.security.auth_support import (
     CHAT,
@@ -33,36 +33,16 @@ from tests.security.auth_support import (
 )
 from tests.servers import GatewayFactory, gateways
 
-_EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2")
-
-
-def _openssl(*args: str) -> None:  # installed by make setup
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
-def _ca(where: Path, name: str) -> tuple[Path, Path]:
-    cert, key = where / f"{name}.pem", where / f"{name}.key"
-    _openssl("req", "-x509", *_EC, "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}")
-    return cert, key
-
-
-def _leaf(where: Path, name: str, ca: tuple[Path, Path], *extra: str) -> tuple[Path, Path]:
-    cert, key = where / f"{name}.pem", where / f"{name}.key"
-    _openssl("req", "-x509", "-CA", str(ca[0]), "-CAkey", str(ca[1]), *_EC, "-keyout", str(key),
-             "-out", str(cert), "-subj", f"/CN={name}", "-addext",
-             "basicConstraints=critical,CA:FALSE", *extra)  # fmt: skip
-    return cert, key
-
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
     where = tmp_path_factory.mktemp("pki")
-    ca, rogue_ca = _ca(where, "hop-ca"), _ca(where, "rogue-ca")
+    ca, rogue_ca = make_ca(where, "hop-ca"), make_ca(where, "rogue-ca")
     return {
         "ca": ca,
-        "server": _leaf(where, "gw-b", ca, "-addext", "subjectAltName=IP:127.0.0.1"),
-        "client": _leaf(where, "gw-a", ca),
-        "rogue": _leaf(where, "gw-x", rogue_ca),
+        "server": make_leaf(where, "gw-b", ca, "-addext", "subjectAltName=IP:127.0.0.1"),
+        "client": make_leaf(where, "gw-a", ca),
+        "rogue": make_leaf(where, "gw-x", rogue_ca),
     }
 
 
