@@ -14,6 +14,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.lag_timeout import NOT_THE_BACKENDS
+
 GATEWAY_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 
@@ -29,7 +31,8 @@ class SummaryPollConfig(BaseModel):
         default=0.2, description="Random spread of the interval, as a fraction of it."
     )
     timeout_s: Annotated[float, Field(gt=0)] = Field(
-        default=1.0, description="A poll taking longer fails."
+        default=1.0,
+        description=f"A poll taking longer fails. {NOT_THE_BACKENDS}",
     )
     # A report older than this is dropped: the backend is then modelled like any other one.
     drop_after_s: Annotated[float, Field(gt=0)] = Field(

@@ -9,7 +9,6 @@ other). Entries whose path already contains this gateway, or that would take mor
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import random
@@ -22,8 +21,9 @@ from pydantic import ValidationError
 
 from gateway.chain.config import SummaryPollConfig
 from gateway.chain.report import SUMMARY_PATH, DownstreamReport, GatewaySummary
+from gateway.lag_timeout import judged_timeout
 from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
-from gateway.signals.http import classify, read_bounded
+from gateway.signals.http import NO_CLIENT_TIMEOUT, classify, read_bounded
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
 from routing.types import BackendKind
@@ -88,7 +88,7 @@ class SummaryPoller:
             return
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(resolver=self._resolver),
-            timeout=aiohttp.ClientTimeout(total=self._config.timeout_s),
+            timeout=NO_CLIENT_TIMEOUT,  # judged_timeout bounds each poll
         )
         for target in self._targets:
             self._tasks.spawn(
@@ -124,10 +124,10 @@ class SummaryPoller:
         if session is None:
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(resolver=self._resolver),
-                timeout=aiohttp.ClientTimeout(total=self._config.timeout_s),
+                timeout=NO_CLIENT_TIMEOUT,  # judged_timeout bounds each poll
             )
         try:
-            async with asyncio.timeout(self._config.timeout_s):
+            async with judged_timeout(self._config.timeout_s):
                 url = target.url(SUMMARY_PATH)
                 params = {"via": self.own_id}
                 headers = dict(target.headers)
@@ -174,6 +174,8 @@ class SummaryPoller:
         )
 
     def _record(self, backend: str, result: DownstreamReport | SignalError) -> None:
+        if isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED:
+            return  # no verdict: the gateway was too busy to see the answer in time
         if isinstance(result, SignalError):
             self._errors[backend] = result
             self._transitions.update(backend, result)

@@ -4,7 +4,9 @@ Backends whose engine has no name mapping (``Engine.UNKNOWN``: hosted APIs and t
 never scraped; routing falls back to passive signals for them. Every scrape is bounded in
 time (``timeout_s``) and size (``max_bytes``, enforced while reading). A failing scrape keeps
 the last good signals (their ``as_of`` ages, and the predictor widens its spread with age),
-is counted, and is logged once per change of state.
+is counted, and is logged once per change of state. A scrape whose deadline passed while the
+gateway's own loop was too busy to look (``lagged``, gateway/lag_timeout.py) is counted in the
+metrics only: it says nothing about the backend.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.lag_timeout import NOT_THE_BACKENDS, judged_timeout
 from gateway.signals.engine_signals import EngineSignals, is_scraped, parse_engine_page
 from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
-from gateway.signals.http import classify, read_bounded
+from gateway.signals.http import NO_CLIENT_TIMEOUT, classify, read_bounded
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
 
@@ -50,7 +53,10 @@ class EngineMetricsConfig(BaseModel):
     timeout_s: float = Field(
         default=1.0,
         gt=0,
-        description="A scrape taking longer fails (the last good signals are kept, ageing).",
+        description=(
+            "A scrape taking longer fails (the last good signals are kept, ageing)."
+            f" {NOT_THE_BACKENDS}"
+        ),
     )
     max_bytes: int = Field(
         default=4 * 1024 * 1024,
@@ -173,14 +179,16 @@ class EngineMetricsScraper:
             session = self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(resolver=self._resolver)
             )
-        timeout = aiohttp.ClientTimeout(total=self._config.timeout_s)
         try:
-            async with session.get(
-                target.url(self._config.path),
-                headers=dict(target.headers),
-                timeout=timeout,
-                ssl=target.tls,
-            ) as response:
+            async with (
+                judged_timeout(self._config.timeout_s),
+                session.get(
+                    target.url(self._config.path),
+                    headers=dict(target.headers),
+                    timeout=NO_CLIENT_TIMEOUT,
+                    ssl=target.tls,
+                ) as response,
+            ):
                 if response.status != 200:
                     return SignalError(
                         SignalErrorKind.HTTP_STATUS,
@@ -191,6 +199,10 @@ class EngineMetricsScraper:
             return classify(exc)
 
     def _record(self, backend: str, result: EngineSignals | SignalError, duration_s: float) -> None:
+        if isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED:
+            if self._observer is not None:  # no verdict: the status and the signals stand
+                self._observer.on_scrape(backend, result, duration_s)
+            return
         previous = self._status.get(backend)
         error = result if isinstance(result, SignalError) else None
         if isinstance(result, EngineSignals):

@@ -15,6 +15,9 @@ class SignalErrorKind(StrEnum):
     MALFORMED = "malformed"  # not parseable as what we asked for
     MISSING_METRICS = "missing_metrics"  # parseable, but none of the engine's names present
     PROTOCOL = "protocol"  # anything else the HTTP client rejected
+    # The deadline passed while the gateway's own event loop was too busy to look
+    # (gateway/lag_timeout.py): no verdict on the backend, neither a failure nor a sample.
+    LAGGED = "lagged"
 
 
 @dataclass(frozen=True, slots=True)

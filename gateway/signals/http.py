@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import aiohttp
 
+from gateway.lag_timeout import LoopLagged
 from gateway.signals.errors import SignalError, SignalErrorKind
 
 READ_CHUNK_BYTES = 64 * 1024
+# aiohttp's own timers off: the caller bounds the whole exchange with judged_timeout, which
+# tells the gateway's lag from the backend's silence (gateway/lag_timeout.py).
+NO_CLIENT_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
 
 
 def classify(exc: BaseException) -> SignalError:
     """An HTTP client failure as a signal error value."""
+    if isinstance(exc, LoopLagged):
+        return SignalError(SignalErrorKind.LAGGED, f"no verdict: {exc}")
     if isinstance(exc, TimeoutError):
         return SignalError(SignalErrorKind.TIMEOUT, "no complete answer within the timeout")
     if isinstance(exc, aiohttp.ClientConnectorError | ConnectionError):

@@ -35,7 +35,8 @@ class SignalMetrics(ProbeObserver):
         )
         self.probe_errors = Counter(
             "meridian_probe_errors",
-            "Failed or non-2xx probes, by error kind.",
+            "Failed or non-2xx probes, by error kind; kind lagged: the gateway's own event loop "
+            "ran the timeout late, no verdict on the backend.",
             ["backend", "kind"],
             registry=registry,
         )
@@ -60,7 +61,8 @@ class SignalMetrics(ProbeObserver):
         )
         self.scrape_errors = Counter(
             "meridian_scrape_errors",
-            "Failed engine metrics scrapes, by error kind.",
+            "Failed engine metrics scrapes, by error kind; kind lagged: the gateway's own event "
+            "loop ran the timeout late, no verdict on the backend.",
             ["backend", "kind"],
             registry=registry,
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.lag_timeout import NOT_THE_BACKENDS
+
 
 class CanaryConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -30,7 +32,10 @@ class CanaryConfig(BaseModel):
     timeout_s: float = Field(
         default=10.0,
         gt=0,
-        description="A canary without its first token within this long counts as failed.",
+        description=(
+            "A canary without its first token within this long counts as failed."
+            f" {NOT_THE_BACKENDS}"
+        ),
     )
     # A TTFT above cold_factor x the warm estimate, and by at least cold_min_excess_ms, is a
     # cold start rather than a slow warm response.
@@ -61,7 +66,11 @@ class ProbeConfig(BaseModel):
     jitter: float = Field(
         default=0.2, ge=0, lt=1, description="Random spread of the interval, as a fraction of it."
     )
-    timeout_s: float = Field(default=2.0, gt=0, description="A probe taking longer fails.")
+    timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description=f"A probe taking longer fails. {NOT_THE_BACKENDS}",
+    )
     concurrency: int = Field(
         default=8, ge=1, description="Probes running at once across all backends."
     )

@@ -24,8 +24,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.lag_timeout import judged_timeout
 from gateway.signals.errors import SignalError, SignalErrorKind
-from gateway.signals.http import classify, read_bounded
+from gateway.signals.http import NO_CLIENT_TIMEOUT, classify, read_bounded
 
 MAX_PROBE_BODY_BYTES = 256 * 1024
 MAX_CANARY_BODY_BYTES = 64 * 1024
@@ -81,13 +82,12 @@ async def timed_get(
     timer = _ConnectTimer()
     started = time.perf_counter()
     try:
-        async with session.get(
-            url,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-            trace_request_ctx=timer,
-            ssl=tls,
-        ) as response:
+        async with (
+            judged_timeout(timeout_s),
+            session.get(
+                url, headers=headers, timeout=NO_CLIENT_TIMEOUT, trace_request_ctx=timer, ssl=tls
+            ) as response,
+        ):
             body = await read_bounded(response, MAX_PROBE_BODY_BYTES)
             if isinstance(body, SignalError):
                 return body
@@ -141,13 +141,16 @@ async def timed_canary(
     started = time.perf_counter()
     read = 0
     try:
-        async with session.post(
-            url,
-            data=body,
-            headers={**headers, "Content-Type": "application/json"},
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-            ssl=tls,
-        ) as response:
+        async with (
+            judged_timeout(timeout_s),
+            session.post(
+                url,
+                data=body,
+                headers={**headers, "Content-Type": "application/json"},
+                timeout=NO_CLIENT_TIMEOUT,
+                ssl=tls,
+            ) as response,
+        ):
             if response.status != 200:
                 message = f"canary answered HTTP {response.status}"
                 return SignalError(SignalErrorKind.HTTP_STATUS, message)

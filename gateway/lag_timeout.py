@@ -1,0 +1,63 @@
+"""A timeout that tells the gateway's own lag from a backend's silence.
+
+Under a burst one turn of the event loop can run for seconds (thousands of new requests parsed
+and routed one after another). libuv runs a turn's due timers before it polls for I/O, so a
+timeout's timer that comes due in such a turn fires while the backend's answer sits unread in
+the kernel: the loop has not looked yet. For a probe or a metrics scrape, that read as "backend
+b1 failing: timeout" (seen in ``python -m loadtests.bench_streams --streams 5000``), and three
+in a row would mark a healthy backend unhealthy.
+
+:func:`judged_timeout` is ``asyncio.timeout`` that, when it fires, looks at how late its timer
+ran. Later than :data:`LATE_S` means the loop was busy past the deadline, and the timeout says
+nothing about the backend: it raises :class:`LoopLagged` (a ``TimeoutError``), which callers
+record as no verdict rather than as the backend's failure. A timer run on time (the loop was
+free to see an answer and none came) is a plain ``TimeoutError``, the backend's.
+
+The TCP connect of a relayed request has its own, stricter check (gateway/tcp_connect.py): there
+the kernel is asked whether the handshake completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+# A timer this late was held up by the loop's own work: a free loop runs timers within a
+# millisecond or two (libuv keeps time in whole milliseconds).
+LATE_S = 0.1
+
+# For the timeouts' descriptions in the configuration reference.
+NOT_THE_BACKENDS = (
+    "A deadline that passes while the gateway's own event loop is too busy to look (its timer "
+    f"runs over {LATE_S * 1000:.0f} ms late) is no verdict on the backend, not a failure."
+)
+
+
+class LoopLagged(TimeoutError):
+    """The deadline passed while the event loop was too busy to look: no verdict."""
+
+    def __init__(self, late_s: float) -> None:
+        super().__init__(f"the gateway's event loop ran the timeout {late_s * 1000.0:.0f} ms late")
+        self.late_s = late_s
+
+
+@contextlib.asynccontextmanager
+async def judged_timeout(timeout_s: float) -> AsyncIterator[None]:
+    """``async with judged_timeout(2.0):`` bounds the block like ``asyncio.timeout(2.0)``; on
+    expiry it raises :class:`LoopLagged` if the timer ran late, else ``TimeoutError``."""
+    loop = asyncio.get_running_loop()
+    timeout = asyncio.timeout(timeout_s)
+    try:
+        async with timeout:
+            yield
+    except TimeoutError as exc:
+        if not timeout.expired():  # the block's own TimeoutError, not this deadline
+            raise
+        when = timeout.when()
+        # The turn that ran the timer began at loop.time() (libuv's cached clock, the same in
+        # the timer and here, where the cancelled task resumes in that turn).
+        late_s = 0.0 if when is None else loop.time() - when
+        if late_s > LATE_S:
+            raise LoopLagged(late_s) from exc
+        raise
