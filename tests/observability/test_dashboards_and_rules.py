@@ -54,6 +54,7 @@ def test_rules_are_valid_and_their_unit_tests_pass() -> None:
         "MeridianCalibrationDrifting",
         "MeridianConnectionsRefused",
         "MeridianGrpcFloodRefused",
+        "MeridianEventLoopLagging",
     }
 
 
