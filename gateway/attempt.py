@@ -174,15 +174,20 @@ def _record_first_token(
     hop: list[TimingEntry],
 ) -> None:
     name = candidate.backend
-    opened.upstream_ttfb_ms = (time.perf_counter() - sent_at) * 1000.0
+    read_at = time.perf_counter()
+    # The first token's wait in the kernel while the loop was busy is the gateway's time, not
+    # the backend's: routing learns upstream_ttfb (gateway/read_lag.py).
+    connection = opened.exchange.response.connection
+    unread_ms = 0.0 if connection is None else connection.unread_ms()
+    opened.upstream_ttfb_ms = max(0.0, (read_at - sent_at) * 1000.0 - unread_ms)
+    opened.upstream_read_lag_ms = unread_ms
     opened.predicted_terms_ms = candidate.terms_ms
-    opened.entries.extend(
-        [
-            TimingEntry("upstream_connect", timing.connect_ms),
-            TimingEntry("upstream_ttfb", opened.upstream_ttfb_ms),
-            *hop,
-        ]
-    )
+    entries = opened.entries
+    entries.append(TimingEntry("upstream_connect", timing.connect_ms))
+    entries.append(TimingEntry("upstream_ttfb", opened.upstream_ttfb_ms))
+    if unread_ms:
+        entries.append(TimingEntry("upstream_read_lag", unread_ms))
+    entries.extend(hop)
     ctx.metrics.upstream_attempts_of[name, "ok"].inc()
 
 

@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from yarl import URL
 
+from gateway.read_lag import TcpSocket, unread_ms
 from gateway.tcp_connect import (
     SocketAddress,
     connect_socket,
@@ -61,12 +62,19 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.idle_since = 0.0
         self._paused = False
+        self.sock: TcpSocket | None = None  # a TCP connection's, for the kernel's word
+
+    def unread_ms(self) -> float:
+        """How long the newest bytes from the backend waited in the kernel before they were
+        read (gateway/read_lag.py)."""
+        return unread_ms(self.sock)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # one write, sent now
+            self.sock = sock
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._buffer

@@ -256,7 +256,8 @@ class Relay:
         inbound = walk.ctx.inbound
         now = time.perf_counter()
         ttft_ms = (now - inbound.received_at) * 1000.0
-        upstream_ms = (now - walk.records[0].started_at) * 1000.0
+        # The first token's wait for a busy loop (gateway/read_lag.py) is the gateway's time.
+        upstream_ms = (now - walk.records[0].started_at) * 1000.0 - opened.upstream_read_lag_ms
         gw_ms = max(0.0, ttft_ms - upstream_ms)
         route, launched = opened.route, walk.launched
         if route.attempts != launched or route.hedges != walk.hedges:  # else it says so already

@@ -1,26 +1,18 @@
 """A probe or scrape whose deadline passes while the gateway's own event loop is busy is no
-verdict on the backend (gateway/lag_timeout.py).
-
-The loop's lag is made, not waited for: a backend in a thread of its own gets the request, has
-the loop held (a callback that blocks it), answers, and the hold lasts until the caller's
-deadline is ``LATE_S`` behind. The answer then sits unread in the kernel while the deadline
-passes, as in a burst (``python -m loadtests.bench_streams --streams 5000``).
-"""
+verdict on the backend (gateway/lag_timeout.py). The loop is held over the backend's answer by
+tests/held_loop.py: the answer sits unread in the kernel while the deadline passes."""
 
 from __future__ import annotations
 
 import asyncio
-import http.server
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.chain.config import SummaryPollConfig
 from gateway.chain.poller import SummaryPoller
+from gateway.chain.report import SUMMARY_PATH
 from gateway.lag_timeout import LATE_S, LoopLagged, judged_timeout
 from gateway.signals.engine_metrics import EngineMetricsConfig, EngineMetricsScraper
 from gateway.signals.errors import SignalError, SignalErrorKind
@@ -28,92 +20,29 @@ from gateway.signals.metrics import SignalMetrics
 from gateway.signals.probe_config import ProbeConfig
 from gateway.signals.probes import Prober
 from routing.types import BackendKind
+from tests.held_loop import HeldAnswer, hold_until, thread_backend
 from tests.signals.support import VLLM_PAGE, target
 
 TIMEOUT_S = 0.05
-_HANDSHAKE_S = 30.0  # a bound on the threads' waits for each other, so a broken test ends
-
-
-def _hold_until(monotonic: float) -> None:
-    """Block the calling thread (the event loop's, here) until ``monotonic`` has passed."""
-    while (left := monotonic - time.monotonic()) > 0:
-        time.sleep(left)
-
-
-class HeldAnswer:
-    """Holds the loop over the next answer: from before the backend writes it until the
-    caller's deadline (at most ``TIMEOUT_S`` after the request arrived) is past by more than
-    ``LATE_S``."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.armed = False
-        self._holding = threading.Event()
-        self._answered = threading.Event()
-        self._arrived = 0.0
-
-    def before_answer(self) -> None:  # the backend's thread
-        if not self.armed:
-            return
-        self.armed = False
-        self._arrived = time.monotonic()
-        self._loop.call_soon_threadsafe(self._hold)
-        assert self._holding.wait(_HANDSHAKE_S)
-
-    def after_answer(self) -> None:  # the backend's thread
-        self._answered.set()
-
-    def _hold(self) -> None:  # the loop's thread
-        self._holding.set()
-        assert self._answered.wait(_HANDSHAKE_S)
-        _hold_until(self._arrived + TIMEOUT_S + LATE_S + 0.05)
-
-
-def _handler(held: HeldAnswer) -> type[http.server.BaseHTTPRequestHandler]:
-    class Answer(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the probe's pooled connection
-
-        def do_GET(self) -> None:
-            body = VLLM_PAGE.encode() if self.path == "/metrics" else b'{"data": []}'
-            held.before_answer()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            self.wfile.flush()
-            held.after_answer()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    return Answer
-
-
-@contextmanager
-def thread_backend(held: HeldAnswer) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(held))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="held-backend")
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+HOLD_S = TIMEOUT_S + LATE_S + 0.05  # past the answer, so past any deadline by over LATE_S
+ANSWERS = {
+    ("GET", "/v1/models"): ("application/json", b'{"data": []}'),
+    ("GET", "/metrics"): ("text/plain", VLLM_PAGE.encode()),
+    ("GET", SUMMARY_PATH): ("application/json", b'{"data": []}'),  # no summary
+}
 
 
 async def test_a_probe_answered_while_the_loop_was_busy_is_no_failure_and_no_sample() -> None:
     registry = CollectorRegistry()
-    held = HeldAnswer(asyncio.get_running_loop())
-    with thread_backend(held) as url:
+    held = HeldAnswer(asyncio.get_running_loop(), HOLD_S)
+    with thread_backend(held, ANSWERS) as url:
         backend = target("b", url)
         config = {"timeout_s": TIMEOUT_S, "measure_fresh": False, "unhealthy_after": 1}
         prober = Prober(
             [backend], ProbeConfig.model_validate(config), observer=SignalMetrics(registry)
         )
         try:
-            held.armed = True
+            held.arm("/v1/models")
             summary = await prober.probe_once(backend)
             # On the old timeout this was a failure: unhealthy after one.
             assert summary.active_healthy and summary.failures_total == 0
@@ -130,13 +59,13 @@ async def test_a_probe_answered_while_the_loop_was_busy_is_no_failure_and_no_sam
 
 async def test_a_scrape_answered_while_the_loop_was_busy_keeps_the_last_status() -> None:
     registry = CollectorRegistry()
-    held = HeldAnswer(asyncio.get_running_loop())
-    with thread_backend(held) as url:
+    held = HeldAnswer(asyncio.get_running_loop(), HOLD_S)
+    with thread_backend(held, ANSWERS) as url:
         backend = target("b", url)
         config = EngineMetricsConfig(timeout_s=TIMEOUT_S)
         scraper = EngineMetricsScraper([backend], config, observer=SignalMetrics(registry))
         try:
-            held.armed = True
+            held.arm("/metrics")
             result = await scraper.scrape_once(backend)
             assert isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED
             assert scraper.status("b") is None and scraper.latest("b") is None
@@ -151,12 +80,12 @@ async def test_a_scrape_answered_while_the_loop_was_busy_keeps_the_last_status()
 
 
 async def test_a_summary_poll_answered_while_the_loop_was_busy_is_no_error() -> None:
-    held = HeldAnswer(asyncio.get_running_loop())
-    with thread_backend(held) as url:
+    held = HeldAnswer(asyncio.get_running_loop(), HOLD_S)
+    with thread_backend(held, ANSWERS) as url:
         backend = target("eu-gw", url, kind=BackendKind.GATEWAY)
         config = SummaryPollConfig.model_validate({"timeout_s": TIMEOUT_S})
         poller = SummaryPoller([backend], config, own_id="us-gw", max_hops=3)
-        held.armed = True
+        held.arm(SUMMARY_PATH)
         result = await poller.poll_once(backend)
         assert isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED
         assert poller.last_error("eu-gw") is None
@@ -170,7 +99,7 @@ async def test_a_timer_the_loop_ran_late_is_lag_and_one_run_on_time_is_a_timeout
     loop = asyncio.get_running_loop()
     with pytest.raises(LoopLagged) as lagged:
         async with judged_timeout(TIMEOUT_S):
-            _hold_until(time.monotonic() + TIMEOUT_S + LATE_S + 0.05)  # the loop is busy
+            hold_until(time.monotonic() + TIMEOUT_S + LATE_S + 0.05)  # the loop is busy
             await loop.create_future()  # never done
     assert lagged.value.late_s > LATE_S
     with pytest.raises(TimeoutError) as timed_out:

@@ -1,0 +1,49 @@
+"""How long a backend's bytes waited in the kernel before the gateway read them.
+
+Under a burst one turn of the event loop runs for seconds, and a first token that arrives
+meanwhile waits unread. The time from sending a request to reading its first token
+(``upstream_ttfb``) counted that wait as the backend's, and routing learned it: the predictor's
+offsets and the hedging delay's observed TTFTs made every backend the gateway served slower by
+the gateway's own lag, after the burst as during it.
+
+The kernel knows when the bytes came: TCP_INFO's ``tcpi_last_data_recv`` is how long ago the
+connection's newest data segment arrived. Read just after the first token is read, it is that
+token's wait, or less if later bytes came too (never more), so ``upstream_ttfb`` less it is the
+backend's share and what routing learns; the wait itself is the gateway's own time
+(``upstream_read_lag`` in Server-Timing). One ``getsockopt`` a request (~2-4 us here).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Protocol
+
+# struct tcp_info (linux/tcp.h): eight u8 fields, then u32s: rto, ato, snd_mss, rcv_mss,
+# unacked, sacked, lost, retrans, fackets, last_data_sent, last_ack_sent, last_data_recv.
+_TCP_INFO_BYTES = 104
+_LAST_DATA_RECV = slice(52, 56)
+_AVAILABLE = sys.platform == "linux" and hasattr(socket, "TCP_INFO")
+
+# Below this a reading is the kernel clock's tick (1-10 ms), not a wait: a free loop reads its
+# bytes within microseconds of their arrival.
+FLOOR_MS = 10.0
+
+
+class TcpSocket(Protocol):
+    def getsockopt(self, level: int, option: int, buflen: int, /) -> bytes: ...
+
+
+def unread_ms(sock: TcpSocket | None) -> float:
+    """How long the newest bytes on ``sock`` had waited unread, in ms; 0 below ``FLOOR_MS``,
+    for no TCP socket, or where the kernel does not say (not Linux)."""
+    if sock is None or not _AVAILABLE:
+        return 0.0
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+    except OSError:
+        return 0.0
+    if len(info) < _LAST_DATA_RECV.stop:
+        return 0.0
+    waited = float(int.from_bytes(info[_LAST_DATA_RECV], sys.byteorder))
+    return waited if waited >= FLOOR_MS else 0.0
