@@ -121,6 +121,7 @@ def opened_line(
             "predicted_ttft_ms": route.predicted_ttft_ms,
             "ttft_ms": _ms(first - inbound.received_at) if first is not None else None,
             "upstream_ttfb_ms": opened.upstream_ttfb_ms,
+            "upstream_read_lag_ms": opened.upstream_read_lag_ms,
             "itl_p50_ms": None if p50 is None else round(p50, 3),
             "itl_p99_ms": None if p99 is None else round(p99, 3),
             "prompt_tokens": prompt if isinstance(prompt, int) else inbound.profile.prompt_tokens,

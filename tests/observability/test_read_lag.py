@@ -1,7 +1,7 @@
 """A first token that waited unread in the kernel while the gateway's loop was busy is the
 gateway's time, not the backend's (gateway/read_lag.py): ``upstream_ttfb``, which routing
-learns, leaves it out, and ``upstream_read_lag`` shows it. The loop is held over the backend's
-answer by tests/held_loop.py."""
+learns, leaves it out, and ``upstream_read_lag`` (Server-Timing) and ``upstream_read_lag_ms``
+(the request log) show it. The loop is held over the backend's answer by tests/held_loop.py."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import asyncio
 
 import aiohttp
 import orjson
+import pytest
 
 from gateway.read_lag import FLOOR_MS
 from gateway.timing import parse
 from tests.gateway.support import MODEL, config_for
 from tests.held_loop import HeldAnswer, thread_backend
+from tests.observability.support import CapturedLog
 
 HOLD_S = 0.3
 CHAT_PATH = "/v1/chat/completions"
@@ -39,7 +41,9 @@ ANSWERS = {
 }
 
 
-async def test_a_first_token_the_busy_loop_left_unread_is_not_the_backends_time(gateway) -> None:
+async def test_a_first_token_the_busy_loop_left_unread_is_not_the_backends_time(
+    gateway, captured: CapturedLog
+) -> None:
     held = HeldAnswer(asyncio.get_running_loop(), HOLD_S)
     with thread_backend(held, ANSWERS) as url:
         running = await gateway(config_for({"b1": url}))
@@ -59,3 +63,6 @@ async def test_a_first_token_the_busy_loop_left_unread_is_not_the_backends_time(
     assert timing["ttft"] >= hold_ms
     assert timing["upstream_ttfb"] <= timing["ttft"] - (hold_ms - FLOOR_MS)
     assert timing["gw"] >= hold_ms - FLOOR_MS  # the wait is the gateway's own time
+    (line,) = await captured.wait_requests(1)
+    assert line["upstream_read_lag_ms"] == pytest.approx(timing["upstream_read_lag"], abs=0.01)
+    assert line["upstream_ttfb_ms"] == pytest.approx(timing["upstream_ttfb"], abs=0.01)
