@@ -307,6 +307,8 @@ class SpanTree:
         if opened.upstream_ttfb_ms is not None:
             ttfb = opened.upstream_ttfb_ms
             attrs["meridian.upstream_ttfb_ms"] = round(ttfb, 3)
+            if opened.upstream_read_lag_ms:  # it then waited unread for a busy loop
+                attrs["meridian.upstream_read_lag_ms"] = round(opened.upstream_read_lag_ms, 3)
             events.append(Event("first_token", None, self.tracing.epoch_ns(started + ttfb / 1e3)))
         return tuple(events)
 
