@@ -27,6 +27,7 @@ from gateway.inbound import InboundRequest
 from gateway.lifecycle.handles import UpstreamHold, hold_upstream
 from gateway.metrics import GatewayMetrics
 from gateway.prediction_timing import PreparedEntries
+from gateway.read_lag import FLOOR_MS
 from gateway.relay_state import ClassPolicy, RelayState
 from gateway.scrub import connect_words, scrub, status_words
 from gateway.signals.outlier import FailureKind
@@ -174,12 +175,17 @@ def _record_first_token(
     hop: list[TimingEntry],
 ) -> None:
     name = candidate.backend
-    read_at = time.perf_counter()
+    ttfb_ms = (time.perf_counter() - sent_at) * 1000.0
     # The first token's wait in the kernel while the loop was busy is the gateway's time, not
-    # the backend's: routing learns upstream_ttfb (gateway/read_lag.py).
+    # the backend's: routing learns upstream_ttfb (gateway/read_lag.py). Asked only of a token
+    # later than routing expected: the kernel's word is a syscall, ~60 us of a c=1 first token
+    # on cold caches (python -m loadtests.first_token_clock), and an on-time token has no wait
+    # worth taking out.
+    unread_ms = 0.0
     connection = opened.exchange.response.connection
-    unread_ms = 0.0 if connection is None else connection.unread_ms()
-    opened.upstream_ttfb_ms = max(0.0, (read_at - sent_at) * 1000.0 - unread_ms)
+    if connection is not None and ttfb_ms > (candidate.predicted_ttft_ms or 0.0) + FLOOR_MS:
+        unread_ms = connection.unread_ms()
+    opened.upstream_ttfb_ms = max(0.0, ttfb_ms - unread_ms)
     opened.upstream_read_lag_ms = unread_ms
     opened.predicted_terms_ms = candidate.terms_ms
     entries = opened.entries
