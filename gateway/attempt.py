@@ -25,6 +25,7 @@ from gateway.doors.upstream import upstream_call
 from gateway.errors import ApiError
 from gateway.inbound import InboundRequest
 from gateway.lifecycle.handles import UpstreamHold, hold_upstream
+from gateway.loop_health import LATEST
 from gateway.metrics import GatewayMetrics
 from gateway.prediction_timing import PreparedEntries
 from gateway.read_lag import FLOOR_MS
@@ -177,13 +178,15 @@ def _record_first_token(
     name = candidate.backend
     ttfb_ms = (time.perf_counter() - sent_at) * 1000.0
     # The first token's wait in the kernel while the loop was busy is the gateway's time, not
-    # the backend's: routing learns upstream_ttfb (gateway/read_lag.py). Asked only of a token
-    # later than routing expected: the kernel's word is a syscall, ~60 us of a c=1 first token
-    # on cold caches (python -m loadtests.first_token_clock), and an on-time token has no wait
-    # worth taking out.
+    # the backend's: routing learns upstream_ttfb (gateway/read_lag.py). The kernel's word is a
+    # syscall, ~60 us of a c=1 first token on cold caches (python -m loadtests.first_token_clock):
+    # asked only while the loop is behind, or of a token later than routing expected.
     unread_ms = 0.0
     connection = opened.exchange.response.connection
-    if connection is not None and ttfb_ms > (candidate.predicted_ttft_ms or 0.0) + FLOOR_MS:
+    if connection is not None and (
+        LATEST.late_s * 1000.0 >= FLOOR_MS
+        or ttfb_ms > (candidate.predicted_ttft_ms or 0.0) + FLOOR_MS
+    ):
         unread_ms = connection.unread_ms()
     opened.upstream_ttfb_ms = max(0.0, ttfb_ms - unread_ms)
     opened.upstream_read_lag_ms = unread_ms

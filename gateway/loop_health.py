@@ -16,6 +16,20 @@ from gateway.signals.tasks import TaskOwner, next_boundary, sleep_until
 SAMPLE_INTERVAL_S = 0.5
 
 
+class LatestLag:
+    """The latest lag sample, for request-path code that does extra work only while the loop
+    is behind (gateway/read_lag.py): a plain attribute, read without a call. One per process:
+    the gateways of one process share its loop."""
+
+    __slots__ = ("late_s",)
+
+    def __init__(self) -> None:
+        self.late_s = 0.0
+
+
+LATEST = LatestLag()
+
+
 class LoopHealthMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.lag = Gauge(
@@ -35,7 +49,8 @@ async def sample_forever(metrics: LoopHealthMetrics, interval_s: float = SAMPLE_
     while True:  # on the housekeeping loops' shared boundaries: no wake-up of its own
         due = next_boundary(loop.time(), interval_s)
         await sleep_until(due)
-        metrics.lag.set(max(0.0, loop.time() - due))
+        LATEST.late_s = late_s = max(0.0, loop.time() - due)
+        metrics.lag.set(late_s)
         metrics.tasks.set(len(asyncio.all_tasks(loop)))
 
 
