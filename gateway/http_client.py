@@ -34,7 +34,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from yarl import URL
 
-from gateway.read_lag import TcpSocket, unread_ms
+from gateway import read_lag
 from gateway.tcp_connect import (
     SocketAddress,
     connect_socket,
@@ -62,12 +62,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.closed = False
         self.idle_since = 0.0
         self._paused = False
-        self.sock: TcpSocket | None = None  # a TCP connection's, for the kernel's word
+        self.sock: read_lag.TcpSocket | None = None  # a TCP connection's, for the kernel's word
 
     def unread_ms(self) -> float:
         """How long the newest bytes from the backend waited in the kernel before they were
         read (gateway/read_lag.py)."""
-        return unread_ms(self.sock)
+        return read_lag.unread_ms(self.sock)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
