@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from gateway.chain.config import SummaryPollConfig
 from gateway.chain.report import SUMMARY_PATH, DownstreamReport, GatewaySummary
 from gateway.lag_timeout import judged_timeout
-from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
+from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind, is_lagged
 from gateway.signals.http import NO_CLIENT_TIMEOUT, classify, read_bounded
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
@@ -174,7 +174,7 @@ class SummaryPoller:
         )
 
     def _record(self, backend: str, result: DownstreamReport | SignalError) -> None:
-        if isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED:
+        if is_lagged(result):
             return  # no verdict: the gateway was too busy to see the answer in time
         if isinstance(result, SignalError):
             self._errors[backend] = result

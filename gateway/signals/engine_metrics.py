@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.lag_timeout import NOT_THE_BACKENDS, judged_timeout
 from gateway.signals.engine_signals import EngineSignals, is_scraped, parse_engine_page
-from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
+from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind, is_lagged
 from gateway.signals.http import NO_CLIENT_TIMEOUT, classify, read_bounded
 from gateway.signals.targets import BackendTarget
 from gateway.signals.tasks import TaskOwner, run_periodically
@@ -199,7 +199,7 @@ class EngineMetricsScraper:
             return classify(exc)
 
     def _record(self, backend: str, result: EngineSignals | SignalError, duration_s: float) -> None:
-        if isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED:
+        if is_lagged(result):
             if self._observer is not None:  # no verdict: the status and the signals stand
                 self._observer.on_scrape(backend, result, duration_s)
             return

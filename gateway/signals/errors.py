@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeGuard
 
 
 class SignalErrorKind(StrEnum):
@@ -27,6 +28,12 @@ class SignalError:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+
+def is_lagged(result: object) -> TypeGuard[SignalError]:
+    """A probe, canary, scrape or poll whose deadline passed while the gateway's loop was too
+    busy to look (gateway/lag_timeout.py): no verdict on the backend."""
+    return isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED
 
 
 class ErrorTransitions:

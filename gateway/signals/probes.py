@@ -20,12 +20,11 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TypeGuard
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind
+from gateway.signals.errors import ErrorTransitions, SignalError, SignalErrorKind, is_lagged
 from gateway.signals.probe_config import ProbeConfig
 from gateway.signals.probe_measure import (
     TimedRequest,
@@ -166,11 +165,11 @@ class Prober:
         fresh: TimedRequest | SignalError | None,
     ) -> ProbeSummary:
         old = self._summaries[backend]
-        if _lagged(pooled):  # the gateway was too busy to see the answer: nothing is known
+        if is_lagged(pooled):  # the gateway was too busy to see the answer: nothing is known
             if self._observer is not None:
                 self._observer.on_probe(old, None, None, pooled)
             return old
-        if _lagged(fresh):  # the pooled round trip stands; the fresh one was not seen in time
+        if is_lagged(fresh):  # the pooled round trip stands; the fresh one was not seen in time
             fresh = None
         alpha, now = self._config.ewma_alpha, self._clock()
         error = _probe_error(pooled) or _probe_error(fresh)
@@ -241,7 +240,7 @@ class Prober:
         self, target: BackendTarget, ttft: float | SignalError, idle_for: float | None, now: float
     ) -> ProbeSummary:
         old = self._summaries[target.name]
-        if _lagged(ttft):  # no verdict: neither a canary failure nor a (lag-inflated) TTFT
+        if is_lagged(ttft):  # no verdict: neither a canary failure nor a (lag-inflated) TTFT
             return old
         self._canary_transitions.update(
             target.name, ttft if isinstance(ttft, SignalError) else None
@@ -284,12 +283,6 @@ class Prober:
         self._summaries[summary.backend] = summary
         self._transitions.update(summary.backend, error)
         self.version += 1
-
-
-def _lagged(result: object) -> TypeGuard[SignalError]:
-    """A probe or canary whose deadline passed while the gateway's loop was too busy to look
-    (gateway/lag_timeout.py)."""
-    return isinstance(result, SignalError) and result.kind is SignalErrorKind.LAGGED
 
 
 def _probe_error(result: TimedRequest | SignalError | None) -> SignalError | None:
