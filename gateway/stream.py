@@ -343,8 +343,7 @@ class OpenedStream:
     exchange: UpstreamExchange
     entries: list[TimingEntry]  # this hop's timing up to the first token, hop entries included
     upstream_ttfb_ms: float | None = None  # request sent -> first token: the backend's share
-    # of that, the first token's wait in the kernel for a busy loop: the gateway's own time
-    upstream_read_lag_ms: float = 0.0
+    upstream_read_lag_ms: float = 0.0  # the token's wait unread for a busy loop: the gateway's
     first_token_observed: bool = False  # routing already learned this request's TTFT
     predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
     state: RelayState | None = None  # the relay state the request started on
