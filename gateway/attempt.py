@@ -49,6 +49,7 @@ _CLIENT_ERROR_STATUSES = frozenset({400, 413, 422})
 # candidate is tried, nothing goes to outlier detection or the learner.
 UNSERVED_STATUSES = frozenset({404, 501})
 _MAX_ERROR_BODY = 64 * 1024
+_BEHIND_S = FLOOR_MS / 1000.0  # a loop this late holds first tokens the kernel can time
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,16 +177,17 @@ def _record_first_token(
     hop: list[TimingEntry],
 ) -> None:
     name = candidate.backend
-    ttfb_ms = (time.perf_counter() - sent_at) * 1000.0
+    now = time.perf_counter()
+    ttfb_ms = (now - sent_at) * 1000.0
     # The first token's wait in the kernel while the loop was busy is the gateway's time, not
     # the backend's: routing learns upstream_ttfb (gateway/read_lag.py). The kernel's word is a
     # syscall, ~60 us of a c=1 first token on cold caches (python -m loadtests.first_token_clock):
-    # asked only while the loop is behind, or of a token later than routing expected.
+    # asked only while the loop is (or lately was) behind, or of a token later than routing
+    # expected.
     unread_ms = 0.0
     connection = opened.exchange.response.connection
     if connection is not None and (
-        LATEST.late_s * 1000.0 >= FLOOR_MS
-        or ttfb_ms > (candidate.predicted_ttft_ms or 0.0) + FLOOR_MS
+        LATEST.behind(now, _BEHIND_S) or ttfb_ms > (candidate.predicted_ttft_ms or 0.0) + FLOOR_MS
     ):
         unread_ms = connection.unread_ms()
     opened.upstream_ttfb_ms = max(0.0, ttfb_ms - unread_ms)

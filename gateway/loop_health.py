@@ -6,6 +6,9 @@ what ``loadtests/bench_soak.py`` watches over hours."""
 from __future__ import annotations
 
 import asyncio
+import math
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
@@ -14,17 +17,38 @@ from prometheus_client import CollectorRegistry, Gauge
 from gateway.signals.tasks import TaskOwner, next_boundary, sleep_until
 
 SAMPLE_INTERVAL_S = 0.5
+# Samples ``LatestLag.recent_s`` looks back over (2 s): one sample sees only the turn in progress
+# when it fell due, and in a burst turns of seconds alternate with short ones.
+RECENT_SAMPLES = 4
 
 
 class LatestLag:
-    """The latest lag sample, for request-path code that does extra work only while the loop
-    is behind (gateway/read_lag.py): a plain attribute, read without a call. One per process:
-    the gateways of one process share its loop."""
+    """The loop's latest lag samples, for request-path code that does extra work only while
+    the loop is behind (gateway/read_lag.py): plain attributes, read without a call. One per
+    process: the gateways of one process share its loop."""
 
-    __slots__ = ("late_s",)
+    __slots__ = ("_window", "due_at", "late_s", "recent_s", "samples")
 
     def __init__(self) -> None:
-        self.late_s = 0.0
+        self.late_s = 0.0  # the latest sample
+        self.recent_s = 0.0  # the largest of the last RECENT_SAMPLES
+        self.samples = 0
+        self.due_at = math.inf  # when the next sample falls due (perf_counter); inf: no sampler
+        self._window: deque[float] = deque(maxlen=RECENT_SAMPLES)
+
+    def behind(self, now: float, by_s: float) -> bool:
+        """Whether the loop is, or was in its recent samples, at least ``by_s`` behind at
+        ``now`` (``time.perf_counter()``). The turn in progress counts: a sample overdue by
+        ``by_s`` means the turn has run past its due time, and whatever that turn reads
+        (in a burst, first tokens by the thousand: docs/results/perf-issue16.md, session 31)
+        is read before the late sample can be noted."""
+        return self.recent_s >= by_s or now - self.due_at >= by_s
+
+    def note(self, late_s: float) -> None:
+        self.late_s = late_s
+        self._window.append(late_s)
+        self.recent_s = max(self._window)
+        self.samples += 1
 
 
 LATEST = LatestLag()
@@ -46,12 +70,17 @@ class LoopHealthMetrics:
 
 async def sample_forever(metrics: LoopHealthMetrics, interval_s: float = SAMPLE_INTERVAL_S) -> None:
     loop = asyncio.get_running_loop()
-    while True:  # on the housekeeping loops' shared boundaries: no wake-up of its own
-        due = next_boundary(loop.time(), interval_s)
-        await sleep_until(due)
-        LATEST.late_s = late_s = max(0.0, loop.time() - due)
-        metrics.lag.set(late_s)
-        metrics.tasks.set(len(asyncio.all_tasks(loop)))
+    try:
+        while True:  # on the housekeeping loops' shared boundaries: no wake-up of its own
+            due = next_boundary(loop.time(), interval_s)
+            LATEST.due_at = time.perf_counter() + (due - loop.time())
+            await sleep_until(due)
+            late_s = max(0.0, loop.time() - due)
+            LATEST.note(late_s)
+            metrics.lag.set(late_s)
+            metrics.tasks.set(len(asyncio.all_tasks(loop)))
+    finally:
+        LATEST.due_at = math.inf
 
 
 def loop_health_ctx(

@@ -11,8 +11,9 @@ connection's newest data segment arrived. Read just after the first token is rea
 token's wait, or less if later bytes came too (never more), so ``upstream_ttfb`` less it is the
 backend's share and what routing learns; the wait itself is the gateway's own time
 (``upstream_read_lag`` in Server-Timing). It costs a ``getsockopt`` (~15-60 us on a c=1 path's
-cold caches), so the attempt asks only while the loop is behind (its latest lag sample,
-gateway/loop_health.py) or for a first token later than routing expected.
+cold caches), so the attempt asks only while the loop is behind (a lag sample of the last 2 s
+was late, or the turn in progress has run past the next one's due time:
+``gateway/loop_health.LatestLag.behind``) or for a first token later than routing expected.
 """
 
 from __future__ import annotations
