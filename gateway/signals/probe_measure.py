@@ -11,6 +11,11 @@ Round trip, measured two ways because they answer different questions:
   first request after a pool eviction pays. Both are reported for explain and dashboards.
 
 A pooled request that had to open a connection anyway is not a pooled sample and is dropped.
+
+An answer that waited unread in the kernel while the gateway's loop was busy (a burst of new
+streams) is timed to its arrival, not to its read: the wait is the gateway's, and a round trip
+or a canary TTFT that counted it made every backend look slower by the gateway's own lag
+(gateway/read_lag.py; the kernel is asked once per probe, ~15-60 us).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway import read_lag
 from gateway.lag_timeout import judged_timeout
 from gateway.signals.errors import SignalError, SignalErrorKind
 from gateway.signals.http import NO_CLIENT_TIMEOUT, classify, read_bounded
@@ -67,8 +73,25 @@ def connect_tracing() -> aiohttp.TraceConfig:
 @dataclass(frozen=True, slots=True)
 class TimedRequest:
     status: int
-    total_ms: float
+    total_ms: float  # to the answer's arrival: its wait to be read is left out
     connect_ms: float | None  # None: the request reused a pooled connection
+    read_lag_ms: float = 0.0  # how long the answer waited in the kernel to be read
+
+
+def _tcp_socket(response: aiohttp.ClientResponse) -> read_lag.TcpSocket | None:
+    """The socket ``response`` came on. aiohttp releases the connection (``response.connection``
+    is None) as soon as a small body is in, before the caller reads it; the protocol it keeps
+    still holds the transport. Not public: without it, no answer's wait is left out."""
+    protocol = getattr(response, "_protocol", None)
+    transport = getattr(protocol, "transport", None)
+    return None if transport is None else transport.get_extra_info("socket")
+
+
+def _arrived_ms(started: float, sock: read_lag.TcpSocket | None) -> tuple[float, float]:
+    """Milliseconds from ``started`` to the arrival of the bytes just read, and how long they
+    waited to be read. Called with no await since the read, so the socket is still ours."""
+    waited_ms = read_lag.unread_ms(sock)
+    return (time.perf_counter() - started) * 1000.0 - waited_ms, waited_ms
 
 
 async def timed_get(
@@ -88,13 +111,15 @@ async def timed_get(
                 url, headers=headers, timeout=NO_CLIENT_TIMEOUT, trace_request_ctx=timer, ssl=tls
             ) as response,
         ):
+            sock = _tcp_socket(response)
             body = await read_bounded(response, MAX_PROBE_BODY_BYTES)
+            total_ms, waited_ms = _arrived_ms(started, sock)
             if isinstance(body, SignalError):
                 return body
             status = response.status
     except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
         return classify(exc)
-    return TimedRequest(status, (time.perf_counter() - started) * 1000.0, timer.connect_ms)
+    return TimedRequest(status, total_ms, timer.connect_ms, waited_ms)
 
 
 def _first_token_seen(line: bytes) -> bool:
@@ -137,7 +162,7 @@ async def timed_canary(
     timeout_s: float,
     tls: ssl.SSLContext | bool = True,
 ) -> float | SignalError:
-    """Stream a 1-token generation; return the time to its first token in ms."""
+    """Stream a 1-token generation; return the time to its first token's arrival in ms."""
     started = time.perf_counter()
     read = 0
     try:
@@ -154,9 +179,10 @@ async def timed_canary(
             if response.status != 200:
                 message = f"canary answered HTTP {response.status}"
                 return SignalError(SignalErrorKind.HTTP_STATUS, message)
+            sock = _tcp_socket(response)
             async for line in response.content:
                 if _first_token_seen(line.strip()):
-                    return (time.perf_counter() - started) * 1000.0
+                    return _arrived_ms(started, sock)[0]
                 read += len(line)
                 if read > MAX_CANARY_BODY_BYTES:
                     break

@@ -14,10 +14,12 @@ from gateway.chain.config import SummaryPollConfig
 from gateway.chain.poller import SummaryPoller
 from gateway.chain.report import SUMMARY_PATH
 from gateway.lag_timeout import LATE_S, LoopLagged, judged_timeout
+from gateway.read_lag import FLOOR_MS
 from gateway.signals.engine_metrics import EngineMetricsConfig, EngineMetricsScraper
 from gateway.signals.errors import SignalError, SignalErrorKind
 from gateway.signals.metrics import SignalMetrics
-from gateway.signals.probe_config import ProbeConfig
+from gateway.signals.probe_config import CanaryConfig, ProbeConfig
+from gateway.signals.probe_summary import ProbeSummary
 from gateway.signals.probes import Prober
 from routing.types import BackendKind
 from tests.held_loop import HeldAnswer, hold_until, thread_backend
@@ -25,8 +27,14 @@ from tests.signals.support import VLLM_PAGE, target
 
 TIMEOUT_S = 0.05
 HOLD_S = TIMEOUT_S + LATE_S + 0.05  # past the answer, so past any deadline by over LATE_S
+CANARY_STREAM = (
+    b'data: {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}\n\n'
+    b'data: {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}\n\n'
+    b"data: [DONE]\n\n"
+)
 ANSWERS = {
     ("GET", "/v1/models"): ("application/json", b'{"data": []}'),
+    ("POST", "/v1/chat/completions"): ("text/event-stream", CANARY_STREAM),
     ("GET", "/metrics"): ("text/plain", VLLM_PAGE.encode()),
     ("GET", SUMMARY_PATH): ("application/json", b'{"data": []}'),  # no summary
 }
@@ -55,6 +63,53 @@ async def test_a_probe_answered_while_the_loop_was_busy_is_no_failure_and_no_sam
             await prober.stop()
     assert summary.probes_total == 1 and summary.failures_total == 0
     assert summary.rtt_ms is not None
+
+
+WITHIN_DEADLINE_S = 30.0
+HELD_WITHIN_DEADLINE_S = 0.4
+
+
+async def _held_within_deadline(
+    config: ProbeConfig, path: str, canary: bool
+) -> tuple[ProbeSummary, float]:
+    """One probe (or canary) whose answer waits ``HELD_WITHIN_DEADLINE_S`` unread, well within
+    its deadline; its summary and how long the call took (ms)."""
+    held = HeldAnswer(asyncio.get_running_loop(), HELD_WITHIN_DEADLINE_S)
+    with thread_backend(held, ANSWERS) as url:
+        backend = target("b", url)
+        prober = Prober([backend], config)
+        try:
+            held.arm(path)
+            started = time.perf_counter()
+            if canary:
+                summary = await prober.canary_once(backend)
+            else:
+                summary = await prober.probe_once(backend)
+            took_ms = (time.perf_counter() - started) * 1000.0
+        finally:
+            await prober.stop()
+    assert took_ms >= HELD_WITHIN_DEADLINE_S * 1000.0
+    return summary, took_ms
+
+
+async def test_a_probe_answered_while_the_loop_was_busy_times_the_round_trip_not_the_wait() -> None:
+    """Within its deadline, the answer is judged, but its wait to be read is the gateway's
+    (gateway/read_lag.py): routing would take it as the backend's RTT."""
+    config = ProbeConfig.model_validate({"timeout_s": WITHIN_DEADLINE_S, "measure_fresh": False})
+    summary, took_ms = await _held_within_deadline(config, "/v1/models", canary=False)
+    assert summary.probes_total == 1 and summary.failures_total == 0
+    # The kernel's clock ticks up to FLOOR_MS; the rest is the round trip (a loopback's).
+    waited_ms = HELD_WITHIN_DEADLINE_S * 1000.0 - FLOOR_MS
+    assert summary.rtt_ms is not None and summary.rtt_ms <= took_ms - waited_ms, (summary, took_ms)
+
+
+async def test_a_canary_answered_while_the_loop_was_busy_times_its_token_not_the_wait() -> None:
+    canary = CanaryConfig.model_validate({"enabled": True, "timeout_s": WITHIN_DEADLINE_S})
+    config = ProbeConfig(canary=canary)
+    summary, took_ms = await _held_within_deadline(config, "/v1/chat/completions", canary=True)
+    assert summary.last_canary_error is None and summary.warm_ttft_ms is not None
+    waited_ms = HELD_WITHIN_DEADLINE_S * 1000.0 - FLOOR_MS
+    assert summary.warm_ttft_ms <= took_ms - waited_ms, (summary, took_ms)
 
 
 async def test_a_scrape_answered_while_the_loop_was_busy_keeps_the_last_status() -> None:
