@@ -24,6 +24,7 @@ from gateway.chain.hop import LOOP_STATUS, ChainError, ChainErrorKind
 from gateway.doors.upstream import upstream_call
 from gateway.errors import ApiError
 from gateway.inbound import InboundRequest
+from gateway.lag_timeout import LagForgivingTimeout
 from gateway.lifecycle.handles import UpstreamHold, hold_upstream
 from gateway.loop_health import LATEST
 from gateway.metrics import GatewayMetrics
@@ -122,7 +123,8 @@ async def run_attempt(
     first_token_s = ctx.policy.first_token_s
     asyncio.get_running_loop().call_soon(ctx.prepared.prepare, candidate)  # while it works
     try:
-        async with asyncio.timeout(first_token_s):
+        # The loop's own lag is not the backend's wait (gateway/lag_timeout.py).
+        async with LagForgivingTimeout(first_token_s):
             call = upstream_call(ctx.inbound, state, name)  # path, body and wire format
             response = await state.pool[name].post(
                 call.path, call.body, ctx.forward_headers, timing

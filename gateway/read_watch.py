@@ -5,7 +5,9 @@ event (a heap push, a cancel, a context object). :class:`ReadWatch` instead keep
 per stream and marks when the current read began; the handle fires at most once per
 ``idle_s`` of a healthy stream, sees the read that is still waiting (or none) and either
 re-arms for that read's own bound or ends it. Only time spent *waiting for upstream bytes*
-counts, as with the per-read timeout: a stream held up by a slow client is not "stalled".
+counts, as with the per-read timeout: a stream held up by a slow client is not "stalled". Nor
+does time the loop was too busy to look (gateway/lag_timeout.py): a check that runs over
+``LATE_S`` late gives the loop back its lag before it calls a read stalled.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+
+from gateway.lag_timeout import FORGIVEN_MIN_S, LATE_S
 
 
 class ReadWatch:
@@ -33,6 +37,11 @@ class ReadWatch:
         # as long as it calls reading() whenever ``parked``.
         self.since: float | None = None
         self._handle: asyncio.TimerHandle | None = None  # None: parked past the deadline
+        self._due = 0.0  # perf_counter() when the handle is due
+        self._forgiven: tuple[float | None, float] = (
+            None,
+            0.0,
+        )  # (the read's ``since``, the loop's lag given back to it)
         self.parked = False  # no timer while the deadline passed between reads: reading() fires
         self._stopped = False
         self._arm(time.perf_counter())
@@ -62,7 +71,8 @@ class ReadWatch:
         if self._deadline is not None:
             bound = min(bound, self._deadline)
         self.parked = False
-        self._handle = self._loop.call_later(max(0.0, bound - now), self._check)
+        self._due = now + max(0.0, bound - now)
+        self._handle = self._loop.call_later(self._due - now, self._check)
 
     def _check(self) -> None:
         now = time.perf_counter()
@@ -78,6 +88,8 @@ class ReadWatch:
         if not past_deadline and now < since + self._idle_s:
             self._arm(now)
             return
+        if not past_deadline and self._forgive(since, now):
+            return
         self._handle = None
         self.parked = not self._stopped
         if past_deadline:
@@ -85,6 +97,19 @@ class ReadWatch:
         else:
             idle = f"{self._idle_s:.1f}s"
             self._expire("upstream_stalled", f"upstream sent nothing for {idle} mid-stream", 502)
+
+    def _forgive(self, since: float, now: float) -> bool:
+        """Whether this check ran late enough to give the loop back its lag (re-armed then)."""
+        late = now - self._due
+        read, forgiven = self._forgiven
+        if read != since:
+            forgiven = 0.0
+        if late <= LATE_S or forgiven + late > max(self._idle_s, FORGIVEN_MIN_S):
+            return False
+        self._forgiven = (since, forgiven + late)
+        self._due = now + late
+        self._handle = self._loop.call_later(late, self._check)
+        return True
 
 
 def _expired(kind: str, message: str, status: int) -> None:

@@ -8,6 +8,7 @@ depends on how fast the machine is.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -15,10 +16,12 @@ import pytest
 from yarl import URL
 
 from gateway.http_client import ConnectionPool
+from gateway.lag_timeout import LATE_S
 from gateway.read_watch import ReadWatch
 from gateway.sse import SseSplitter
 from gateway.stream import StreamBroken, UpstreamExchange
 from gateway.timing import StreamStats
+from tests.held_loop import hold_until
 from tests.servers import settle
 
 Expired = asyncio.Queue[tuple[str, int]]
@@ -46,6 +49,33 @@ async def test_time_between_reads_never_counts_as_a_stall() -> None:
     assert expired.empty()
     watch.reading()  # the next read is bounded from its own start
     assert await expired.get() == ("upstream_stalled", 502)
+
+
+async def test_an_idle_bound_the_busy_loop_let_pass_is_no_stall() -> None:
+    """Upstream's bytes come within the bound, but the loop is held past it
+    (gateway/lag_timeout.py): the check that then runs late, before the waiting read is woken,
+    gives the loop its lag back, and the read returns."""
+    watch, expired = watch_for(0.02, None)
+    upstream, ours = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=ours)
+
+    async def read_one() -> None:  # as the relay reads upstream
+        watch.reading()
+        await reader.readexactly(1)
+        watch.done()
+
+    relaying = asyncio.create_task(read_one())
+    await settle(lambda: watch.since is not None)
+    upstream.send(b"x")
+    hold_until(time.monotonic() + 0.02 + LATE_S + 0.05)  # the loop is busy meanwhile
+    await relaying
+    assert expired.empty()
+    watch.reading()  # on a free loop, a read that gets nothing is stalled all the same
+    assert await expired.get() == ("upstream_stalled", 502)
+    watch.stop()
+    writer.close()
+    await writer.wait_closed()
+    upstream.close()
 
 
 async def test_the_deadline_ends_a_read_before_the_idle_bound() -> None:

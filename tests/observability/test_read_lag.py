@@ -1,7 +1,9 @@
 """A first token that waited unread in the kernel while the gateway's loop was busy is the
 gateway's time, not the backend's (gateway/read_lag.py): ``upstream_ttfb``, which routing
 learns, leaves it out, and ``upstream_read_lag`` (Server-Timing) and ``upstream_read_lag_ms``
-(the request log) show it. The loop is held over the backend's answer by tests/held_loop.py."""
+(the request log) show it; and a first-token deadline the busy loop let pass is no failure of
+the backend (gateway/lag_timeout.py). The loop is held over the backend's answer by
+tests/held_loop.py."""
 
 from __future__ import annotations
 
@@ -72,6 +74,26 @@ async def test_a_first_token_the_busy_loop_left_unread_is_not_the_backends_time(
     (line,) = await captured.wait_requests(1)
     assert line["upstream_read_lag_ms"] == pytest.approx(timing["upstream_read_lag"], abs=0.01)
     assert line["upstream_ttfb_ms"] == pytest.approx(timing["upstream_ttfb"], abs=0.01)
+
+
+async def test_a_first_token_deadline_the_busy_loop_let_pass_is_not_the_backends_silence(
+    gateway,
+) -> None:
+    """The answer comes well within ``first_token_s``, but the loop is held past the deadline:
+    ``asyncio.timeout`` would fail the attempt (here, the only backend: a 504)."""
+    first_token_s = 0.2
+    held = HeldAnswer(asyncio.get_running_loop(), first_token_s + 0.3)
+    with thread_backend(held, ANSWERS) as url:
+        running = await gateway(config_for({"b1": url}, timeouts={"first_token_s": first_token_s}))
+        held.arm(CHAT_PATH)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(running.url + CHAT_PATH, json=_body()) as response,
+        ):
+            text = (await response.read()).decode()
+            route = response.headers.get("X-Meridian-Route", "")
+    assert response.status == 200, text
+    assert "attempts=1" in route and text.endswith("data: [DONE]\n\n")
 
 
 def test_the_loop_counts_as_behind_while_any_recent_sample_was_late() -> None:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from gateway.chain.config import SummaryPollConfig
 from gateway.chain.poller import SummaryPoller
 from gateway.chain.report import SUMMARY_PATH
-from gateway.lag_timeout import LATE_S, LoopLagged, judged_timeout
+from gateway.lag_timeout import LATE_S, LagForgivingTimeout, LoopLagged, judged_timeout
 from gateway.read_lag import FLOOR_MS
 from gateway.signals.engine_metrics import EngineMetricsConfig, EngineMetricsScraper
 from gateway.signals.errors import SignalError, SignalErrorKind
@@ -168,3 +168,30 @@ async def test_a_timeout_error_of_the_block_itself_is_not_judged() -> None:
         async with judged_timeout(3600.0):
             raise TimeoutError("the block's own")
     assert type(raised.value) is TimeoutError
+
+
+async def test_a_forgiving_timeout_gives_back_the_loops_lag_then_expires_on_a_free_loop() -> None:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    async with LagForgivingTimeout(TIMEOUT_S) as forgiving:
+        hold_until(time.monotonic() + TIMEOUT_S + LATE_S + 0.05)  # the loop is busy
+        loop.call_soon(done.set_result, None)  # what came meanwhile, read in the next turn
+        await done
+    assert forgiving.forgiven_s > LATE_S
+    with pytest.raises(TimeoutError):  # on a free loop, a wait with nothing coming expires
+        async with LagForgivingTimeout(TIMEOUT_S) as forgiving:
+            hold_until(time.monotonic() + TIMEOUT_S + LATE_S + 0.05)
+            await loop.create_future()  # never done
+    assert forgiving.forgiven_s > LATE_S
+
+
+async def test_a_forgiving_timeout_gives_back_no_more_than_it_may() -> None:
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        async with LagForgivingTimeout(TIMEOUT_S, forgivable_s=LATE_S) as forgiving:
+            hold_until(time.monotonic() + TIMEOUT_S + 2 * LATE_S)  # late by more than it may
+            await loop.create_future()
+    assert forgiving.forgiven_s == 0.0
+    with pytest.raises(TimeoutError):  # the block's own TimeoutError passes through
+        async with LagForgivingTimeout(3600.0):
+            raise TimeoutError("the block's own")
