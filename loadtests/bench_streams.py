@@ -14,7 +14,9 @@ it must not climb wave over wave). Reported per wave: errors, RSS peak / after, 
 (peak - idle) / streams; and the growth of "after" from the first wave to the last.
 Also reported: the gateway's probe and scrape errors by kind over the run (``lagged``: a
 deadline that passed while the gateway's own loop was too busy to look, gateway/lag_timeout.py;
-no verdict on the backend). ``--tls``: the backend serves HTTPS (a throwaway CA, ``loadtests/tls_certs.py``), so every
+no verdict on the backend), and the probes' round trips over the run: how many, and how many
+read over 25 ms (the backend is on loopback: ~1 ms; more is the gateway's own wait to read the
+answer, which gateway/signals/probe_measure.py leaves out). ``--tls``: the backend serves HTTPS (a throwaway CA, ``loadtests/tls_certs.py``), so every
 stream's upstream connection is a TLS handshake too, as with a provider's endpoint.
 """
 
@@ -135,7 +137,7 @@ async def _measure(
             await run_bench(url, warm, BenchOptions(max_connections=20))
             idle = rss_mb(pid)
             rounds = [await _wave(url, pid, streams, tokens, idle) for _ in range(waves)]
-            signal_errors = await _signal_errors(ADMIN_URLS[url])
+            page = await _metrics_page(ADMIN_URLS[url])
     first, last = rounds[0], rounds[-1]
     return {
         "streams": streams,
@@ -148,14 +150,33 @@ async def _measure(
         "rss_after_mb": last["rss_after_mb"],
         "after_growth_mb": last["rss_after_mb"] - first["rss_after_mb"],
         "ttft_p99_ms": first["ttft_p99_ms"],
-        "signal_errors": signal_errors,
+        "signal_errors": _signal_errors(page),
+        "probe_rtts": _probe_rtts(page),
     }
 
 
-async def _signal_errors(admin_url: str) -> dict[str, float]:
-    """``probe:KIND`` and ``scrape:KIND`` -> how many, from the gateway's /metrics."""
+async def _metrics_page(admin_url: str) -> str:
     async with aiohttp.ClientSession() as session, session.get(f"{admin_url}/metrics") as response:
-        page = await response.text()
+        return await response.text()
+
+
+def _probe_rtts(page: str, over_s: float = 0.025) -> dict[str, float]:
+    """The probes' round-trip samples in the gateway's /metrics: how many, and how many over
+    ``over_s`` (a bucket bound of ``meridian_probe_rtt_seconds``)."""
+    total = within = 0.0
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == "meridian_probe_rtt_seconds_count":
+                total += sample.value
+            elif sample.name == "meridian_probe_rtt_seconds_bucket" and (
+                float(sample.labels["le"]) == over_s
+            ):
+                within += sample.value
+    return {"samples": total, f"over_{over_s * 1000:.0f}_ms": total - within}
+
+
+def _signal_errors(page: str) -> dict[str, float]:
+    """``probe:KIND`` and ``scrape:KIND`` -> how many, from the gateway's /metrics page."""
     counted: dict[str, float] = {}
     names = {"meridian_probe_errors_total": "probe", "meridian_scrape_errors_total": "scrape"}
     for family in text_string_to_metric_families(page):
@@ -196,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RSS after the last wave - after the first: {result['after_growth_mb']:+.1f} MB")
     errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(result["signal_errors"].items()))
     print(f"probe and scrape errors by kind: {errors or 'none'}")
+    rtts = result["probe_rtts"]
+    print(f"probe round trips: {rtts['samples']:.0f}, over 25 ms: {rtts['over_25_ms']:.0f}")
     write_results(args.out, "streams", result)
     return 0
 
