@@ -8,7 +8,7 @@ the gateway's own lag, after the burst as during it.
 
 The kernel knows when the bytes came: TCP_INFO's ``tcpi_last_data_recv`` is how long ago the
 connection's newest data segment arrived. Read just after the first token is read, it is that
-token's wait, or less if later bytes came too (never more), so ``upstream_ttfb`` less it is the
+token's wait, or less if later bytes came too (never more, less a tick), so ``upstream_ttfb`` less it is the
 backend's share and what routing learns; the wait itself is the gateway's own time
 (``upstream_read_lag`` in Server-Timing). It costs a ``getsockopt`` (~15-60 us on a c=1 path's
 cold caches), so the attempt asks only while the loop is behind (a lag sample of the last 2 s
@@ -28,8 +28,10 @@ _TCP_INFO_BYTES = 104
 _LAST_DATA_RECV = slice(52, 56)
 _AVAILABLE = sys.platform == "linux" and hasattr(socket, "TCP_INFO")
 
-# Below this a reading is the kernel clock's tick (1-10 ms), not a wait: a free loop reads its
-# bytes within microseconds of their arrival.
+# The kernel clock's tick, at most (1-10 ms): below this a reading is no wait (a free loop reads
+# its bytes within microseconds of their arrival), and above it a reading may be up to a tick
+# more than the wait, so a tick is taken off. A wait is then never overstated: a probe's round
+# trip of ~1 ms less a reading a tick long read -1.8 ms (session 31).
 FLOOR_MS = 10.0
 
 
@@ -38,8 +40,9 @@ class TcpSocket(Protocol):
 
 
 def unread_ms(sock: TcpSocket | None) -> float:
-    """How long the newest bytes on ``sock`` had waited unread, in ms; 0 below ``FLOOR_MS``,
-    for no TCP socket, or where the kernel does not say (not Linux)."""
+    """How long the newest bytes on ``sock`` had waited unread, in ms, at least: the kernel's
+    reading less ``FLOOR_MS`` (0 below it), 0 for no TCP socket or where the kernel does not
+    say (not Linux)."""
     if sock is None or not _AVAILABLE:
         return 0.0
     try:
@@ -49,4 +52,4 @@ def unread_ms(sock: TcpSocket | None) -> float:
     if len(info) < _LAST_DATA_RECV.stop:
         return 0.0
     waited = float(int.from_bytes(info[_LAST_DATA_RECV], sys.byteorder))
-    return waited if waited >= FLOOR_MS else 0.0
+    return max(0.0, waited - FLOOR_MS)

@@ -15,7 +15,9 @@ A pooled request that had to open a connection anyway is not a pooled sample and
 An answer that waited unread in the kernel while the gateway's loop was busy (a burst of new
 streams) is timed to its arrival, not to its read: the wait is the gateway's, and a round trip
 or a canary TTFT that counted it made every backend look slower by the gateway's own lag
-(gateway/read_lag.py; the kernel is asked once per probe, ~15-60 us).
+(gateway/read_lag.py; the kernel is asked once per probe, ~15-60 us). A fresh request's
+connection is closed by the time its answer is read, so only pooled samples (routing's) and
+canaries are timed so; fresh ones still count the wait.
 """
 
 from __future__ import annotations
