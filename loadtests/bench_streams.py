@@ -1,7 +1,7 @@
 """Many concurrent streams through one gateway process: memory per open stream, and errors.
 
     python -m loadtests.bench_streams [--streams 5000] [--tokens 8] [--token-ms 2000] [--waves 3]
-                                      [--tls]
+                                      [--tls] [--probe-interval-s S]
 
 An emulated backend decodes slowly (one token every ``--token-ms``) so that ``--streams``
 streams are open at once; the load generator opens them all together (closed loop, concurrency
@@ -14,8 +14,8 @@ it must not climb wave over wave). Reported per wave: errors, RSS peak / after, 
 (peak - idle) / streams; and the growth of "after" from the first wave to the last.
 Also reported: the gateway's probe and scrape errors by kind over the run (``lagged``: a
 deadline that passed while the gateway's own loop was too busy to look, gateway/lag_timeout.py;
-no verdict on the backend), and the probes' round trips over the run: how many, and how many
-read over 25 ms (the backend is on loopback: ~1 ms; more is the gateway's own wait to read the
+no verdict on the backend), and the probes' pooled round trips (routing's RTT) over the run: how
+many, and how many read over 25 ms (the backend is on loopback: ~1 ms; more is the gateway's own wait to read the
 answer, which gateway/signals/probe_measure.py leaves out). ``--tls``: the backend serves HTTPS (a throwaway CA, ``loadtests/tls_certs.py``), so every
 stream's upstream connection is a TLS handshake too, as with a provider's endpoint.
 """
@@ -93,7 +93,12 @@ async def _wave(url: str, pid: int, streams: int, tokens: int, idle: float) -> d
 
 
 async def measure(
-    streams: int, tokens: int, token_ms: float, waves: int = 1, tls: bool = False
+    streams: int,
+    tokens: int,
+    token_ms: float,
+    waves: int = 1,
+    tls: bool = False,
+    probe_interval_s: float | None = None,
 ) -> dict[str, Any]:
     engine = {
         "max_num_seqs": streams * 2,
@@ -105,7 +110,7 @@ async def measure(
     }
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as where:
         certificates = local_certificates(Path(where)) if tls else None
-        return await _measure(engine, streams, tokens, waves, certificates)
+        return await _measure(engine, streams, tokens, waves, certificates, probe_interval_s)
 
 
 async def _measure(
@@ -114,6 +119,7 @@ async def _measure(
     tokens: int,
     waves: int,
     certificates: LocalCertificates | None,
+    probe_interval_s: float | None,
 ) -> dict[str, Any]:
     serve_tls: list[str] = []
     if certificates is not None:
@@ -132,6 +138,8 @@ async def _measure(
             # (256 by default, against one client hogging the door) is for distinct clients.
             "door": {"max_connections_per_client": streams * 2},
         }
+        if probe_interval_s is not None:
+            config["signals"] = {"probes": {"interval_s": probe_interval_s}}
         async with gateway(config, 1) as (url, pid):
             warm = parse_workload(_workload(20, tokens))
             await run_bench(url, warm, BenchOptions(max_connections=20))
@@ -161,11 +169,13 @@ async def _metrics_page(admin_url: str) -> str:
 
 
 def _probe_rtts(page: str, over_s: float = 0.025) -> dict[str, float]:
-    """The probes' round-trip samples in the gateway's /metrics: how many, and how many over
-    ``over_s`` (a bucket bound of ``meridian_probe_rtt_seconds``)."""
+    """The probes' pooled round-trip samples (routing's RTT) in the gateway's /metrics: how
+    many, and how many over ``over_s`` (a bucket bound of ``meridian_probe_rtt_seconds``)."""
     total = within = 0.0
     for family in text_string_to_metric_families(page):
         for sample in family.samples:
+            if sample.labels.get("connection") != "pooled":
+                continue
             if sample.name == "meridian_probe_rtt_seconds_count":
                 total += sample.value
             elif sample.name == "meridian_probe_rtt_seconds_bucket" and (
@@ -194,11 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-ms", type=float, default=2000.0)
     parser.add_argument("--waves", type=int, default=1, help="the same burst, N times in a row")
     parser.add_argument("--tls", action="store_true", help="the backend serves HTTPS")
+    parser.add_argument(
+        "--probe-interval-s", type=float, help="probe the backend this often (the default's)"
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
-    result = uvloop.run(measure(args.streams, args.tokens, args.token_ms, args.waves, args.tls))
+    run = measure(
+        args.streams, args.tokens, args.token_ms, args.waves, args.tls, args.probe_interval_s
+    )
+    result = uvloop.run(run)
     over = "HTTPS" if args.tls else "HTTP"
     print(
         f"{result['streams']} streams a wave (backend over {over}); "
@@ -218,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(result["signal_errors"].items()))
     print(f"probe and scrape errors by kind: {errors or 'none'}")
     rtts = result["probe_rtts"]
-    print(f"probe round trips: {rtts['samples']:.0f}, over 25 ms: {rtts['over_25_ms']:.0f}")
+    print(f"pooled probe round trips: {rtts['samples']:.0f}, over 25 ms: {rtts['over_25_ms']:.0f}")
     write_results(args.out, "streams", result)
     return 0
 
