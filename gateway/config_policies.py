@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from gateway.config_base import StrictSection as _Strict
+from gateway.lag_timeout import GIVEN_BACK
 
 
 class TimeoutsConfig(_Strict):
@@ -22,11 +23,17 @@ class TimeoutsConfig(_Strict):
     )
     first_token_s: Annotated[float, Field(gt=0)] = Field(
         default=60.0,
-        description="An attempt without a first token within this long fails over to the next candidate.",
+        description=(
+            "An attempt without a first token within this long fails over to the next "
+            f"candidate. {GIVEN_BACK}"
+        ),
     )
     inter_token_s: Annotated[float, Field(gt=0)] = Field(
         default=60.0,
-        description="A stream with no event for this long mid-stream is broken off (an error event, never a silent end).",
+        description=(
+            "A stream with no event for this long mid-stream is broken off (an error event, "
+            f"never a silent end). {GIVEN_BACK}"
+        ),
     )
     total_s: Annotated[float, Field(gt=0)] = Field(
         default=600.0,

@@ -44,6 +44,12 @@ NOT_THE_BACKENDS = (
     f"runs over {LATE_S * 1000:.0f} ms late) is no verdict on the backend, not a failure."
 )
 
+GIVEN_BACK = (
+    "Time the gateway's own event loop was too busy to look (its check ran over "
+    f"{LATE_S * 1000:.0f} ms late) does not count: it is given back, up to this timeout again or "
+    f"{FORGIVEN_MIN_S:.0f} s, whichever is more."
+)
+
 
 class LoopLagged(TimeoutError):
     """The deadline passed while the event loop was too busy to look: no verdict."""
