@@ -279,10 +279,13 @@ class Relay:
         router = first_token_observer((opened.state or self._state).router)
         if router is None or opened.upstream_ttfb_ms is None:
             return
+        arrived = opened.exchange.stats.first_token_at  # its wait to be read was ours (read_lag)
+        if arrived is not None:
+            arrived -= opened.upstream_read_lag_ms / 1000.0
         router.observe_first_token(
             FirstToken(
                 opened.route.backend,
-                on_routing_clock(opened.exchange.stats.first_token_at),  # when it arrived
+                on_routing_clock(arrived),
                 opened.upstream_ttfb_ms,
                 opened.predicted_terms_ms,
                 inbound.profile.prompt_tokens,

@@ -42,6 +42,11 @@ class HeldAnswer:
     def arm(self, path: str) -> None:
         self._armed = path
 
+    @property
+    def answered_at(self) -> float:
+        """``time.monotonic()`` once the held answer was written (0 before)."""
+        return self._answered_at
+
     def before_answer(self, path: str) -> bool:  # the backend's thread
         """Has the loop held if ``path`` is armed; whether it is."""
         if path != self._armed:

@@ -15,9 +15,12 @@ import aiohttp
 import orjson
 import pytest
 
+from gateway.app import RunningGateway
 from gateway.loop_health import LATEST, RECENT_SAMPLES, SAMPLE_INTERVAL_S, LatestLag
 from gateway.read_lag import FLOOR_MS, unread_ms
+from gateway.state_keys import RELAY
 from gateway.timing import parse
+from routing.learner import OnlineLearner
 from tests.gateway.support import MODEL, config_for
 from tests.held_loop import HeldAnswer, hold_until, thread_backend
 from tests.observability.support import CapturedLog
@@ -47,6 +50,13 @@ ANSWERS = {
 }
 
 
+def learner_of(running: RunningGateway) -> OnlineLearner:
+    router = running.app[RELAY].router
+    learner = getattr(getattr(router, "scorer", None), "learner", None)
+    assert isinstance(learner, OnlineLearner), router  # the default policy, predicted_ttft
+    return learner
+
+
 def _body() -> dict[str, object]:
     return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
@@ -73,6 +83,10 @@ async def test_a_first_token_the_busy_loop_left_unread_is_not_the_backends_time(
     assert timing["ttft"] >= hold_ms
     assert timing["upstream_ttfb"] <= timing["ttft"] - (hold_ms - 2 * FLOOR_MS)
     assert timing["gw"] >= hold_ms - 2 * FLOOR_MS  # the wait is the gateway's own time
+    # Routing learns the token as arriving when it did, not when the busy loop read it.
+    learned = learner_of(running).estimate("b1")
+    assert learned is not None and learned.offset_at is not None
+    assert learned.offset_at < held.answered_at + HOLD_S / 2
     (line,) = await captured.wait_requests(1)
     assert line["upstream_read_lag_ms"] == pytest.approx(timing["upstream_read_lag"], abs=0.01)
     assert line["upstream_ttfb_ms"] == pytest.approx(timing["upstream_ttfb"], abs=0.01)
