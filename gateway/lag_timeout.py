@@ -17,10 +17,9 @@ A relayed request's wait for its first token cannot give up with "no verdict": t
 waiting. :class:`LagForgivingTimeout` bounds it instead: when its timer runs over ``LATE_S``
 late, the time the loop owed is given back (the deadline moves on by as much, in all at most
 the timeout again or ``FORGIVEN_MIN_S``, whichever is more), so the loop gets to read what came
-meanwhile; a timer run on time ends
-the wait as ``asyncio.timeout`` would. The TCP connect of a relayed request has its own,
-stricter check (gateway/tcp_connect.py): there the kernel is asked whether the handshake
-completed.
+meanwhile; a timer run on time ends the wait as ``asyncio.timeout`` would. The TCP connect of a
+relayed request has its own, stricter check (gateway/tcp_connect.py): there the kernel is asked
+whether the handshake completed.
 """
 
 from __future__ import annotations

@@ -8,12 +8,13 @@ the gateway's own lag, after the burst as during it.
 
 The kernel knows when the bytes came: TCP_INFO's ``tcpi_last_data_recv`` is how long ago the
 connection's newest data segment arrived. Read just after the first token is read, it is that
-token's wait, or less if later bytes came too (never more, less a tick), so ``upstream_ttfb`` less it is the
-backend's share and what routing learns; the wait itself is the gateway's own time
-(``upstream_read_lag`` in Server-Timing). It costs a ``getsockopt`` (~15-60 us on a c=1 path's
-cold caches), so the attempt asks only while the loop is behind (a lag sample of the last 2 s
-was late, or the turn in progress has run past the next one's due time:
-``gateway/loop_health.LatestLag.behind``) or for a first token later than routing expected.
+token's wait, or less if later bytes came too (never more, with a tick taken off), so
+``upstream_ttfb`` less it is the backend's share and what routing learns; the wait itself is
+the gateway's own time (``upstream_read_lag`` in Server-Timing). It costs a ``getsockopt``
+(~15-60 us on a c=1 path's cold caches), so the attempt asks only while the loop is behind (a
+lag sample of the last 2 s was late, or the turn in progress has run past the next one's due
+time: ``gateway/loop_health.LatestLag.behind``) or for a first token later than routing
+expected. Probes and canaries ask every time (gateway/signals/probe_measure.py).
 """
 
 from __future__ import annotations

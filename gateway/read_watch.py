@@ -38,10 +38,8 @@ class ReadWatch:
         self.since: float | None = None
         self._handle: asyncio.TimerHandle | None = None  # None: parked past the deadline
         self._due = 0.0  # perf_counter() when the handle is due
-        self._forgiven: tuple[float | None, float] = (
-            None,
-            0.0,
-        )  # (the read's ``since``, the loop's lag given back to it)
+        # The read (its ``since``) the loop's lag was last given back to, and how much in all.
+        self._forgiven: tuple[float | None, float] = (None, 0.0)
         self.parked = False  # no timer while the deadline passed between reads: reading() fires
         self._stopped = False
         self._arm(time.perf_counter())
