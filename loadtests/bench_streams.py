@@ -14,9 +14,11 @@ it must not climb wave over wave). Reported per wave: errors, RSS peak / after, 
 (peak - idle) / streams; and the growth of "after" from the first wave to the last.
 Also reported: the gateway's probe and scrape errors by kind over the run (``lagged``: a
 deadline that passed while the gateway's own loop was too busy to look, gateway/lag_timeout.py;
-no verdict on the backend), and the probes' pooled round trips (routing's RTT) over the run: how
-many, and how many read over 25 ms (the backend is on loopback: ~1 ms; more is the gateway's own wait to read the
-answer, which gateway/signals/probe_measure.py leaves out). ``--tls``: the backend serves HTTPS (a throwaway CA, ``loadtests/tls_certs.py``), so every
+no verdict on the backend), and the probes' pooled round trips (routing's RTT) over the run:
+how many, and how many read over 25 ms. The backend is on loopback (~1 ms).
+gateway/signals/probe_measure.py leaves out an answer's wait to be read, but not a late send or
+a slow backend. ``--probe-interval-s S``: probe the backend every S seconds (more samples).
+``--tls``: the backend serves HTTPS (a throwaway CA, ``loadtests/tls_certs.py``), so every
 stream's upstream connection is a TLS handshake too, as with a provider's endpoint.
 """
 
