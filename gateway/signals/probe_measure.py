@@ -77,7 +77,6 @@ class TimedRequest:
     status: int
     total_ms: float  # to the answer's arrival: its wait to be read is left out
     connect_ms: float | None  # None: the request reused a pooled connection
-    read_lag_ms: float = 0.0  # how long the answer waited in the kernel to be read
 
 
 def _tcp_socket(response: aiohttp.ClientResponse) -> read_lag.TcpSocket | None:
@@ -89,11 +88,10 @@ def _tcp_socket(response: aiohttp.ClientResponse) -> read_lag.TcpSocket | None:
     return None if transport is None else transport.get_extra_info("socket")
 
 
-def _arrived_ms(started: float, sock: read_lag.TcpSocket | None) -> tuple[float, float]:
-    """Milliseconds from ``started`` to the arrival of the bytes just read, and how long they
-    waited to be read. Called with no await since the read, so the socket is still ours."""
-    waited_ms = read_lag.unread_ms(sock)
-    return (time.perf_counter() - started) * 1000.0 - waited_ms, waited_ms
+def _arrived_ms(started: float, sock: read_lag.TcpSocket | None) -> float:
+    """Milliseconds from ``started`` to the arrival of the bytes just read (their wait to be
+    read left out). Called with no await since the read, so the socket is still ours."""
+    return (time.perf_counter() - started) * 1000.0 - read_lag.unread_ms(sock)
 
 
 async def timed_get(
@@ -115,13 +113,13 @@ async def timed_get(
         ):
             sock = _tcp_socket(response)
             body = await read_bounded(response, MAX_PROBE_BODY_BYTES)
-            total_ms, waited_ms = _arrived_ms(started, sock)
+            total_ms = _arrived_ms(started, sock)
             if isinstance(body, SignalError):
                 return body
             status = response.status
     except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
         return classify(exc)
-    return TimedRequest(status, total_ms, timer.connect_ms, waited_ms)
+    return TimedRequest(status, total_ms, timer.connect_ms)
 
 
 def _first_token_seen(line: bytes) -> bool:
@@ -184,7 +182,7 @@ async def timed_canary(
             sock = _tcp_socket(response)
             async for line in response.content:
                 if _first_token_seen(line.strip()):
-                    return _arrived_ms(started, sock)[0]
+                    return _arrived_ms(started, sock)
                 read += len(line)
                 if read > MAX_CANARY_BODY_BYTES:
                     break
