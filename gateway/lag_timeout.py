@@ -79,6 +79,17 @@ async def judged_timeout(timeout_s: float) -> AsyncIterator[None]:
         raise
 
 
+def forgiveness_bound_s(timeout_s: float) -> float:
+    """The most lag a timeout of ``timeout_s`` gives back in all."""
+    return max(timeout_s, FORGIVEN_MIN_S)
+
+
+def gives_back(late_s: float, forgiven_s: float, bound_s: float) -> bool:
+    """Whether a check that ran ``late_s`` late gives the loop its lag back, ``forgiven_s`` of
+    ``bound_s`` given already: late enough to be the loop's doing, and within the bound."""
+    return late_s > LATE_S and forgiven_s + late_s <= bound_s
+
+
 class LagForgivingTimeout:
     """``async with LagForgivingTimeout(60.0):`` bounds the block like ``asyncio.timeout(60.0)``
     (``TimeoutError`` on expiry), except for the time the event loop was too busy to look:
@@ -91,7 +102,7 @@ class LagForgivingTimeout:
     def __init__(self, timeout_s: float, forgivable_s: float | None = None) -> None:
         self._timeout_s = timeout_s
         self._forgiven = 0.0
-        self._forgivable = max(timeout_s, FORGIVEN_MIN_S) if forgivable_s is None else forgivable_s
+        self._forgivable = forgiveness_bound_s(timeout_s) if forgivable_s is None else forgivable_s
 
     async def __aenter__(self) -> LagForgivingTimeout:
         loop = self._loop = asyncio.get_running_loop()
@@ -119,7 +130,7 @@ class LagForgivingTimeout:
         loop = self._loop
         now = loop.time()  # libuv's clock of the turn that runs this timer
         late = now - self._due
-        if late > LATE_S and self._forgiven + late <= self._forgivable:
+        if gives_back(late, self._forgiven, self._forgivable):
             self._forgiven += late
             self._due = now + late
             self._handle = loop.call_at(self._due, self._check)

@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from gateway.lag_timeout import FORGIVEN_MIN_S, LATE_S
+from gateway.lag_timeout import forgiveness_bound_s, gives_back
 
 
 class ReadWatch:
@@ -102,7 +102,7 @@ class ReadWatch:
         read, forgiven = self._forgiven
         if read != since:
             forgiven = 0.0
-        if late <= LATE_S or forgiven + late > max(self._idle_s, FORGIVEN_MIN_S):
+        if not gives_back(late, forgiven, forgiveness_bound_s(self._idle_s)):
             return False
         self._forgiven = (since, forgiven + late)
         self._due = now + late
