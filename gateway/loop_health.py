@@ -24,13 +24,13 @@ RECENT_SAMPLES = 4
 
 class LatestLag:
     """The loop's latest lag samples, for request-path code that does extra work only while
-    the loop is behind (gateway/read_lag.py): plain attributes, read without a call. One per
-    process: the gateways of one process share its loop."""
+    the loop is behind (gateway/read_lag.py): ``behind`` reads two attributes, no I/O. Kept as
+    noted, not worked out per request: ``recent_s`` is the window's largest. One per process:
+    the gateways of one process share its loop."""
 
-    __slots__ = ("_window", "due_at", "late_s", "recent_s", "samples")
+    __slots__ = ("_window", "due_at", "recent_s", "samples")
 
     def __init__(self) -> None:
-        self.late_s = 0.0  # the latest sample
         self.recent_s = 0.0  # the largest of the last RECENT_SAMPLES
         self.samples = 0
         self.due_at = math.inf  # when the next sample falls due (perf_counter); inf: no sampler
@@ -44,8 +44,12 @@ class LatestLag:
         is read before the late sample can be noted."""
         return self.recent_s >= by_s or now - self.due_at >= by_s
 
+    @property
+    def late_s(self) -> float:
+        """The latest sample (0 before the first)."""
+        return self._window[-1] if self._window else 0.0
+
     def note(self, late_s: float) -> None:
-        self.late_s = late_s
         self._window.append(late_s)
         self.recent_s = max(self._window)
         self.samples += 1
