@@ -128,7 +128,8 @@ class StreamsConfig(_Strict):
     # A client that has not taken the buffered bytes within this long is cut off.
     write_timeout_s: Annotated[float, Field(gt=0)] = Field(
         default=30.0,
-        description="A client that has not taken the buffered bytes within this long is cut off.",
+        description="A client that has not taken the buffered bytes within this long is cut off. "
+        f"{GIVEN_BACK}",
     )
     # Kernel send buffer of an SSE response's socket (token streams need little; a fixed size
     # keeps a stalled client from parking megabytes in the kernel). None: the OS autotunes it.

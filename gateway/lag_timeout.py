@@ -1,9 +1,12 @@
 """A timeout that tells the gateway's own lag from a backend's silence.
 
 Under a burst one turn of the event loop can run for seconds (thousands of new requests parsed
-and routed one after another). libuv runs a turn's due timers before it polls for I/O, so a
-timeout's timer that comes due in such a turn fires while the backend's answer sits unread in
-the kernel: the loop has not looked yet. For a probe or a metrics scrape, that read as "backend
+and routed one after another). After it the loop polls the sockets, then runs the timers that
+came due meanwhile, and a task woken by what the poll read resumes only in the turn after. So a
+timeout whose timer came due in the long turn cancels its task although the answer is in (or is
+still unread in the kernel): the task waited in time, the loop did not look. (A plain timer
+callback, with no task waiting, sees the poll's reads first: tests/security/test_door_lag.py.)
+For a probe or a metrics scrape, that read as "backend
 b1 failing: timeout" (seen in ``python -m loadtests.bench_streams --streams 5000``), and three
 in a row would mark a healthy backend unhealthy.
 

@@ -48,6 +48,7 @@ from aiohttp.http_writer import StreamWriter
 from gateway.config import StreamsConfig
 from gateway.http_socket.protocol import DoorRequestHandler
 from gateway.impossible import ImpossibleState
+from gateway.lag_timeout import LagForgivingTimeout
 from gateway.sse import comment
 
 
@@ -217,7 +218,7 @@ class SseSink(ABC):
 
     async def _wait_for_client(self) -> None:
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with LagForgivingTimeout(self._timeout_s):
                 await self._drain()
         except TimeoutError:
             raise ClientTooSlow(self._too_slow()) from None
@@ -292,7 +293,7 @@ class SseWriter(SseSink):
         if len(data) > self._high // 4:
             # A write this large can fill the buffer by itself; aiohttp may wait inside it.
             try:
-                async with asyncio.timeout(self._timeout_s):
+                async with LagForgivingTimeout(self._timeout_s):
                     await response.write(data)
             except TimeoutError:
                 raise ClientTooSlow(self._too_slow()) from None

@@ -1,10 +1,10 @@
 """A TCP connect against a deadline that the kernel judges, not the event loop's lag.
 
 Under a burst (thousands of streams arriving at one worker at once) one turn of the event loop
-can run for seconds: every new request's parse and decision, one after another. libuv runs the
-due timers of a turn before it polls for I/O, so a plain ``asyncio.timeout`` around
-``create_connection`` fires for a handshake the kernel finished seconds earlier and that the
-loop has simply not looked at yet. The gateway then blamed the backend: a 504, a failure on its
+can run for seconds: every new request's parse and decision, one after another. Then the timers
+that came due run before the task woken by the poll resumes (gateway/lag_timeout.py), so a plain
+``asyncio.timeout`` around ``create_connection`` fires for a handshake the kernel finished
+seconds earlier and that the loop had no turn to look at yet. The gateway then blamed the backend: a 504, a failure on its
 record, and five of them ejected a healthy backend (measured: 5,754 504s of an 8,000-stream
 burst, ``python -m loadtests.bench_streams --streams 8000``).
 

@@ -5,7 +5,6 @@ streaming endpoints' usual requests: :mod:`gateway.lean_door`)."""
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
@@ -17,6 +16,7 @@ from gateway.chain.hop import HOP_HEADERS
 from gateway.errors import ApiError
 from gateway.http_socket.policy import DOOR, body_too_slow
 from gateway.http_socket.protocol import DoorRequestHandler, head_arrival
+from gateway.lag_timeout import LagForgivingTimeout
 from gateway.quota.limiter import QUOTAS, Quotas
 from gateway.relay import Relay
 from gateway.sse_writer import SseSink, SseWriter
@@ -103,7 +103,7 @@ class AiohttpRequest(DoorHttp):
             raise body_too_large(limit)
         timeout_s = self.relay.config.door.body_timeout_s
         try:
-            async with asyncio.timeout(timeout_s):
+            async with LagForgivingTimeout(timeout_s):
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise body_too_large(limit) from None

@@ -7,6 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.lag_timeout import GIVEN_BACK
+
 
 class DoorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -17,7 +19,8 @@ class DoorConfig(BaseModel):
         "(slowloris); else 408 and the socket is closed.",
     )
     body_timeout_s: Annotated[float, Field(gt=0)] = Field(
-        default=30.0, description="The request body must arrive within this long; else 408."
+        default=30.0,
+        description=f"The request body must arrive within this long; else 408. {GIVEN_BACK}",
     )
     keepalive_timeout_s: Annotated[float, Field(gt=0)] = Field(
         default=15.0,

@@ -33,6 +33,7 @@ from gateway.errors import ApiError
 from gateway.http_socket.policy import body_too_slow
 from gateway.http_socket.protocol import TIMEOUT_RESPONSE, HeadTimeoutLinger, connection_ends
 from gateway.inbound import Endpoint
+from gateway.lag_timeout import LagForgivingTimeout
 from gateway.lean_door.door import LeanDoor
 from gateway.lean_door.head import HEAD_END, MAX_LEAN_HEAD, Head, parse_head
 from gateway.lean_door.request import LeanRequest
@@ -143,6 +144,11 @@ class LeanConnection(asyncio.Protocol):
 
     def live_transport(self) -> asyncio.Transport | None:
         return None if self._lost else self.transport
+
+    @property
+    def waiting_to_write(self) -> bool:
+        """A stream waits for the client to take what it was sent (the write timeout runs)."""
+        return bool(self._drained)
 
     async def drain(self) -> None:
         """Until the transport is under its low-water mark (the SSE sink's wait)."""
@@ -269,6 +275,11 @@ class LeanConnection(asyncio.Protocol):
         else:
             transport.close()
 
+    @property
+    def reading_body(self) -> bool:
+        """A request waits for the rest of its body (the body timeout runs)."""
+        return self._body_ready is not None
+
     async def read_body(self, length: int) -> bytes:
         """The body's ``length`` bytes, within the door's body timeout (408)."""
         limit = self.door.relay.config.limits.max_body_bytes
@@ -282,7 +293,7 @@ class LeanConnection(asyncio.Protocol):
             self._body_ready = self._loop.create_future()
             timeout_s = self.door.relay.config.door.body_timeout_s  # a reload's, as aiohttp's
             try:
-                async with asyncio.timeout(timeout_s):
+                async with LagForgivingTimeout(timeout_s):
                     await self._body_ready
             except TimeoutError:
                 self.door.policy.metrics.timeouts.labels("body").inc()

@@ -94,8 +94,8 @@ async def _unread_partial_head(
     running: RunningGateway,
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection whose partial head sits unread in the gateway's socket when the head
-    deadline fires — what a loop that ran late does (uvloop runs due timers before it polls
-    sockets): the gateway stops reading this one connection before the bytes are sent."""
+    deadline fires (a slow client's last bytes that came as the timer ran): the gateway stops
+    reading this one connection before the bytes are sent."""
     policy = running.app[DOOR]
     before = _connections(running)
     reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
