@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
 # A timer this late was held up by the loop's own work: a free loop runs timers within a
@@ -93,36 +93,35 @@ def gives_back(late_s: float, forgiven_s: float, bound_s: float) -> bool:
     return late_s > LATE_S and forgiven_s + late_s <= bound_s
 
 
-class LagForgivingTimeout:
-    """``async with LagForgivingTimeout(60.0):`` bounds the block like ``asyncio.timeout(60.0)``
-    (``TimeoutError`` on expiry), except for the time the event loop was too busy to look:
-    a check that runs over ``LATE_S`` late moves the deadline on by its lateness instead of
-    expiring (in all at most ``forgivable_s``; by default ``timeout_s`` or ``FORGIVEN_MIN_S``,
-    whichever is more)."""
+class ForgivingTimer:
+    """``loop.call_later(timeout_s, on_expiry)`` for a deadline on a wait that must not blame
+    anyone for the event loop's own lag: when the timer runs over ``LATE_S`` late, the deadline
+    moves on by its lateness instead (in all at most ``forgivable_s``; by default ``timeout_s``
+    or ``FORGIVEN_MIN_S``, whichever is more), so the task woken by what the loop read
+    meanwhile resumes first and cancels it. A timer run on time calls ``on_expiry``. Cancelled
+    like a ``TimerHandle``."""
 
-    __slots__ = ("_due", "_forgivable", "_forgiven", "_handle", "_loop", "_timeout", "_timeout_s")
+    __slots__ = ("_due", "_forgivable", "_forgiven", "_handle", "_loop", "_on_expiry")
 
-    def __init__(self, timeout_s: float, forgivable_s: float | None = None) -> None:
-        self._timeout_s = timeout_s
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        timeout_s: float,
+        on_expiry: Callable[[], object],
+        forgivable_s: float | None = None,
+    ) -> None:
+        self._on_expiry = on_expiry
         self._forgiven = 0.0
         self._forgivable = forgiveness_bound_s(timeout_s) if forgivable_s is None else forgivable_s
+        self._start(loop, timeout_s)
 
-    async def __aenter__(self) -> LagForgivingTimeout:
-        loop = self._loop = asyncio.get_running_loop()
-        timeout = self._timeout = asyncio.timeout(None)
-        await timeout.__aenter__()
-        self._due = due = loop.time() + self._timeout_s
+    def _start(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        self._loop = loop
+        self._due = due = loop.time() + timeout_s
         self._handle = loop.call_at(due, self._check)
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def cancel(self) -> None:
         self._handle.cancel()
-        await self._timeout.__aexit__(exc_type, exc, tb)  # raises TimeoutError if it expired
 
     @property
     def forgiven_s(self) -> float:
@@ -138,4 +137,40 @@ class LagForgivingTimeout:
             self._due = now + late
             self._handle = loop.call_at(self._due, self._check)
             return
-        self._timeout.reschedule(now)  # expires: the task is cancelled, TimeoutError raised
+        self._expire()
+
+    def _expire(self) -> None:
+        self._on_expiry()
+
+
+class LagForgivingTimeout(ForgivingTimer):
+    """``async with LagForgivingTimeout(60.0):`` bounds the block like ``asyncio.timeout(60.0)``
+    (``TimeoutError`` on expiry), except for the time the event loop was too busy to look
+    (:class:`ForgivingTimer`; one object: it is on every attempt's wait for a first token)."""
+
+    __slots__ = ("_timeout", "_timeout_s")
+
+    def __init__(self, timeout_s: float, forgivable_s: float | None = None) -> None:
+        self._timeout_s = timeout_s
+        self._forgiven = 0.0
+        self._forgivable = forgiveness_bound_s(timeout_s) if forgivable_s is None else forgivable_s
+
+    async def __aenter__(self) -> LagForgivingTimeout:
+        loop = asyncio.get_running_loop()
+        timeout = self._timeout = asyncio.timeout(None)
+        await timeout.__aenter__()
+        self._start(loop, self._timeout_s)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._handle.cancel()
+        await self._timeout.__aexit__(exc_type, exc, tb)  # raises TimeoutError if it expired
+
+    def _expire(self) -> None:
+        # The task is cancelled now; TimeoutError is raised where it waits.
+        self._timeout.reschedule(self._loop.time())

@@ -36,6 +36,7 @@ from gateway.grpc_h2.wire import (
     frame,
     status_headers,
 )
+from gateway.lag_timeout import ForgivingTimer
 
 if TYPE_CHECKING:
     from gateway.grpc_h2.connection import GrpcConnection
@@ -88,6 +89,11 @@ class Call:
     @property
     def peer(self) -> str:
         return self.connection.peer
+
+    @property
+    def waiting(self) -> bool:
+        """The call waits for its client: the next request message, or room to write."""
+        return self._waiter is not None
 
     def start(self) -> None:
         self.task = self.loop.create_task(self._run())
@@ -157,9 +163,11 @@ class Call:
 
     async def _wait(self, until: float, on_timeout: Callable[[], None]) -> None:
         """Until :meth:`wake` (the connection saw something for this call), or ``until``
-        (loop time), when ``on_timeout`` runs."""
+        (loop time), when ``on_timeout`` runs. The client's deadline: time the loop was too
+        busy to look is given back first (gateway/lag_timeout.py), so what the client sent in
+        time wakes this call before the timer, run late, could end it."""
         self._waiter = self.loop.create_future()
-        timer = self.loop.call_at(until, on_timeout)
+        timer = ForgivingTimer(self.loop, until - self.loop.time(), on_timeout)
         try:
             await self._waiter
         finally:

@@ -34,7 +34,8 @@ class H2Limits:
     # message) must come within this; else the call ends CANCELLED.
     read_timeout_s: float = 30.0
     # A response blocked by the client's flow-control window or a full socket buffer for
-    # this long is reset (RST_STREAM CANCEL): the client stopped reading.
+    # this long is reset (RST_STREAM CANCEL): the client stopped reading. (For both, time the
+    # gateway's own loop was too busy to look is given back first: gateway/lag_timeout.py.)
     write_stall_timeout_s: float = 60.0
     # A connection must send the HTTP/2 preface and its SETTINGS within this.
     handshake_timeout_s: float = 10.0

@@ -1,16 +1,17 @@
 """A client's deadline that passes while the gateway's own event loop is too busy to look is not
 the client's fault: a head, a body, a keep-alive connection's next request, a gRPC client's
-preface, or a slow reader that took its bytes, all in time, are served, not answered 408 or cut
-off. The loop is held (a blocking call on its thread) past the deadline with the client's bytes
+preface, a slow reader that took its bytes or a gRPC client that opened its window, all in time,
+are served, not answered 408, cut off or reset. The loop is held (a blocking call on its thread) past the deadline with the client's bytes
 in the kernel, as one turn of a burst of thousands of new streams holds it.
 
 Each test runs on a uvloop of its own, as ``meridian serve`` does. Both uvloop (0.23 checked)
 and asyncio's own loop poll the sockets before they run the timers that came due meanwhile, so a
 deadline kept by a plain timer callback (the head's, keep-alive's, the gRPC preface's) sees the
 bytes first and passes as it is. A deadline around a *wait* does not: the read wakes the waiting
-task only in the next turn, and the timer, run in this one, cancels it first. The body read and
-the SSE writer's wait for a slow client failed here that way (408, and a stream cut off) until
-they took gateway/lag_timeout.py's ``LagForgivingTimeout``. That a client who really is slow
+task only in the next turn, and the timer, run in this one, cancels it first. The body read, the
+SSE writer's wait for a slow client and a gRPC call's wait for room in the client's window
+failed here that way (408, a stream cut off, a call reset CANCEL) until they took
+gateway/lag_timeout.py's ``LagForgivingTimeout`` and ``ForgivingTimer``. That a client who really is slow
 still gets its 408 is tests/security/test_door_timeouts.py's to show."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
+import h2.events
 import orjson
 import pytest
 import uvloop
@@ -32,7 +34,7 @@ from gateway.http_socket.protocol import DoorServer
 from gateway.lean_door.door import LeanDoor
 from gateway.state_keys import METRICS
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
-from tests.grpc.h2_client import GatedBackend, RawClient, closes, h2_server, token
+from tests.grpc.h2_client import GatedBackend, RawClient, closes, h2_server, send_chat, token
 from tests.held_loop import hold_until
 from tests.security.auth_support import until
 from tests.servers import (
@@ -215,4 +217,34 @@ async def _preface_in_time(_: Rig) -> None:
         _hold_past(armed)
         await client.handshake()
         assert closes(engine) == [] and len(engine.connections) == 1
+        await client.close()
+
+
+def test_a_grpc_window_opened_while_the_loop_was_busy_is_no_stalled_client() -> None:
+    """A response blocked by the client's flow-control window waits ``write_stall_timeout_s``
+    for room; the client opens the window in time, while the loop is held past it."""
+    _on_uvloop(_window_in_time, lean=True)
+
+
+async def _window_in_time(_: Rig) -> None:
+    backend = GatedBackend(token("Hello"), token("x" * 2000))
+    limits = H2Limits(write_stall_timeout_s=DEADLINE_S)
+    async with h2_server(backend, limits) as (running, engine):
+        client = await RawClient.connect(running.port, initial_window=100)
+        client.acknowledge = False  # the window stays shut until the test opens it
+        await send_chat(client)
+        await client.until(lambda: client.seen(h2.events.DataReceived, 1))
+        backend.gate.set()  # the next message does not fit the 100-byte window
+        await until(
+            lambda: any(call.waiting for c in engine.connections for call in c.calls.values())
+        )
+        armed = time.monotonic()
+        client.h2.increment_flow_control_window(1 << 20, stream_id=1)
+        client.h2.increment_flow_control_window(1 << 20)
+        client.flush()  # room for the rest, in time
+        _hold_past(armed)
+        ended = (h2.events.StreamEnded, h2.events.StreamReset)
+        await client.until(lambda: any(client.seen(kind, 1) for kind in ended))
+        assert not client.seen(h2.events.StreamReset, 1)  # CANCEL: "the client stopped reading"
+        assert client.header_blocks(1)[-1][b"grpc-status"] == b"0"
         await client.close()
