@@ -1,7 +1,7 @@
 """Many concurrent streams through one gateway process: memory per open stream, and errors.
 
     python -m loadtests.bench_streams [--streams 5000] [--tokens 8] [--token-ms 2000] [--waves 3]
-                                      [--tls] [--probe-interval-s S]
+                                      [--tls] [--probe-interval-s S] [--workers N]
 
 An emulated backend decodes slowly (one token every ``--token-ms``) so that ``--streams``
 streams are open at once; the load generator opens them all together (closed loop, concurrency
@@ -20,6 +20,9 @@ gateway/signals/probe_measure.py leaves out an answer's wait to be read, but not
 a slow backend. ``--probe-interval-s S``: probe the backend every S seconds (more samples).
 ``--tls``: the backend serves HTTPS (a throwaway CA, ``loadtests/tls_certs.py``), so every
 stream's upstream connection is a TLS handshake too, as with a provider's endpoint.
+``--workers N``: N gateway workers, which share their state through the host's coordinator;
+reported: how often a worker lost it (``meridian_state_degraded_spells_total``: a call to the
+coordinator failed). The RSS figures are then the supervisor's alone.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ async def measure(
     waves: int = 1,
     tls: bool = False,
     probe_interval_s: float | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     engine = {
         "max_num_seqs": streams * 2,
@@ -112,7 +116,9 @@ async def measure(
     }
     with tempfile.TemporaryDirectory(prefix="bench-streams-") as where:
         certificates = local_certificates(Path(where)) if tls else None
-        return await _measure(engine, streams, tokens, waves, certificates, probe_interval_s)
+        return await _measure(
+            engine, streams, tokens, waves, certificates, probe_interval_s, workers
+        )
 
 
 async def _measure(
@@ -122,6 +128,7 @@ async def _measure(
     waves: int,
     certificates: LocalCertificates | None,
     probe_interval_s: float | None,
+    workers: int,
 ) -> dict[str, Any]:
     serve_tls: list[str] = []
     if certificates is not None:
@@ -142,7 +149,7 @@ async def _measure(
         }
         if probe_interval_s is not None:
             config["signals"] = {"probes": {"interval_s": probe_interval_s}}
-        async with gateway(config, 1) as (url, pid):
+        async with gateway(config, workers) as (url, pid):
             warm = parse_workload(_workload(20, tokens))
             await run_bench(url, warm, BenchOptions(max_connections=20))
             idle = rss_mb(pid)
@@ -161,6 +168,7 @@ async def _measure(
         "after_growth_mb": last["rss_after_mb"] - first["rss_after_mb"],
         "ttft_p99_ms": first["ttft_p99_ms"],
         "signal_errors": _signal_errors(page),
+        "state_degraded_spells": _state_spells(page),
         "probe_rtts": _probe_rtts(page),
     }
 
@@ -187,6 +195,16 @@ def _probe_rtts(page: str, over_s: float = 0.025) -> dict[str, float]:
     return {"samples": total, f"over_{over_s * 1000:.0f}_ms": total - within}
 
 
+def _state_spells(page: str) -> float:
+    """Times a worker lost the shared state store over the run (every worker's, summed)."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == "meridian_state_degraded_spells_total"
+    )
+
+
 def _signal_errors(page: str) -> dict[str, float]:
     """``probe:KIND`` and ``scrape:KIND`` -> how many, from the gateway's /metrics page."""
     counted: dict[str, float] = {}
@@ -209,12 +227,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--probe-interval-s", type=float, help="probe the backend this often (the default's)"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway worker processes (2: the workers share state through the host store)",
+    )
     parser.add_argument("--out", default="loadtests/results")
     args = parser.parse_args(argv)
     import uvloop
 
     run = measure(
-        args.streams, args.tokens, args.token_ms, args.waves, args.tls, args.probe_interval_s
+        args.streams,
+        args.tokens,
+        args.token_ms,
+        args.waves,
+        args.tls,
+        args.probe_interval_s,
+        args.workers,
     )
     result = uvloop.run(run)
     over = "HTTPS" if args.tls else "HTTP"
@@ -235,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RSS after the last wave - after the first: {result['after_growth_mb']:+.1f} MB")
     errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(result["signal_errors"].items()))
     print(f"probe and scrape errors by kind: {errors or 'none'}")
+    print(f"shared state lost (state_degraded spells): {result['state_degraded_spells']:.0f}")
     rtts = result["probe_rtts"]
     print(f"pooled probe round trips: {rtts['samples']:.0f}, over 25 ms: {rtts['over_25_ms']:.0f}")
     write_results(args.out, "streams", result)

@@ -24,6 +24,7 @@ class StateHealth:
     leases_held: tuple[str, ...]
     events_live: bool  # subscribed to other replicas' announcements right now
     last_error: str | None
+    degraded_spells: int = 0  # state_degraded events so far: spells a scrape may fall between
 
     @property
     def degraded(self) -> bool:

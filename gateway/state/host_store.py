@@ -4,7 +4,11 @@ of the host's coordinator (``host_server``) over a Unix socket.
 One connection for calls (serialised: they come from the sync's background tasks, a few per
 second) and one per ``events()`` subscription. Every failure is ``StateUnavailable``, so a
 coordinator that went away makes the worker degraded — serving on its local state — exactly
-like a Redis outage, and the next call reconnects.
+like a Redis outage, and the next call reconnects. Time the worker's own event loop was too
+busy to read an answer that came does not count against the coordinator
+(gateway/lag_timeout.py): under a burst a worker's loop runs turns longer than a call's timeout,
+and every call straddling one would fail, open the breaker and leave the workers routing apart
+(tests/state/test_store_lag.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from gateway.lag_timeout import LagForgivingTimeout
 from gateway.state.errors import StateUnavailable, unavailable
 from gateway.state.host_wire import (
     MAX_LINE_BYTES,
@@ -58,7 +63,7 @@ class HostStore:
         """One call: ``{"op": op, **args}``, or ``raw``, that call's line already encoded."""
         async with self._lock:
             try:
-                async with asyncio.timeout(self._timeout_s):
+                async with LagForgivingTimeout(self._timeout_s):
                     if self._conn is None:
                         self._conn = await self._connect()
                     reader, writer = self._conn
@@ -99,7 +104,7 @@ class HostStore:
     async def events(self) -> AsyncIterator[WriteBatch | None]:
         writer: asyncio.StreamWriter | None = None
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with LagForgivingTimeout(self._timeout_s):
                 reader, writer = await self._connect()
                 writer.write(line({"op": "events"}))
                 await writer.drain()
@@ -116,7 +121,7 @@ class HostStore:
             yield None  # subscribed
             while True:
                 try:
-                    async with asyncio.timeout(_EVENTS_SILENCE_S):
+                    async with LagForgivingTimeout(_EVENTS_SILENCE_S):
                         raw = await reader.readline()
                 except (OSError, TimeoutError, ValueError) as exc:
                     raise unavailable(f"host state events: {type(exc).__name__}: {exc}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
 
 from gateway.state.breaker import BreakerState
@@ -16,7 +16,7 @@ class StateCollector(Collector):
     def __init__(self, sync: SharedStateSync) -> None:
         self._sync = sync
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         health = self._sync.health()
         degraded = GaugeMetricFamily(
             "meridian_state_degraded",
@@ -25,6 +25,14 @@ class StateCollector(Collector):
         )
         degraded.add_metric([health.backend], 1.0 if health.degraded else 0.0)
         yield degraded
+        spells = CounterMetricFamily(
+            "meridian_state_degraded_spells",
+            "Times the replica lost the shared state store and served on local state (one per "
+            "state_degraded event; a spell shorter than the scrape interval shows only here)",
+            labels=["backend"],
+        )
+        spells.add_metric([health.backend], float(health.degraded_spells))
+        yield spells
         breaker = GaugeMetricFamily(
             "meridian_state_breaker_state",
             "Circuit breaker around state store calls (1 for the current state)",

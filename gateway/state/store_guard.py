@@ -34,6 +34,7 @@ class StoreGuard:
         self.last_ok: float | None = None  # the monotonic time of the latest good call
         self.last_error: str | None = None
         self.failing = True  # until the first successful call
+        self.spells = 0  # state_degraded events so far (each spell of serving on local state)
         self._store_kind = store_kind
         self._replica = replica
         self._mono = mono
@@ -73,6 +74,7 @@ class StoreGuard:
         self.last_error = str(exc.error)
         if not self._said_degraded:
             self._said_degraded = True
+            self.spells += 1
             gateway_event(
                 "state_degraded",
                 f"shared state ({self._store_kind}) unreachable: serving on local state",

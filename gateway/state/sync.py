@@ -163,6 +163,7 @@ class SharedStateSync:
             leases_held=tuple(self._leases.held()),
             events_live=self._events_live,
             last_error=guard.last_error,
+            degraded_spells=guard.spells,
         )
 
     def _private(self) -> bool:

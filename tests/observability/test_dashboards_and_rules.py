@@ -51,6 +51,7 @@ def test_rules_are_valid_and_their_unit_tests_pass() -> None:
         "MeridianBackendEjected",
         "MeridianModelUnavailable",
         "MeridianSharedStateDegraded",
+        "MeridianSharedStateFlapping",
         "MeridianCalibrationDrifting",
         "MeridianConnectionsRefused",
         "MeridianGrpcFloodRefused",

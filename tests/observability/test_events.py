@@ -8,10 +8,12 @@ import logging
 from pathlib import Path
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 
 from gateway.config import DrainConfig
 from gateway.drain import drain
 from gateway.observability import log_format
+from gateway.state.metrics import register_state_metrics
 from gateway.state.sync import SharedStateSync
 from gateway.state_keys import RELAY
 from loadtests.emulator.config import FaultConfig
@@ -73,6 +75,12 @@ async def test_shared_state_degraded_and_back(tmp_path: Path, captured: Captured
             await until(lambda: bool(captured.events("state_degraded")))
             redis_server.start()
             await until(lambda: bool(captured.events("state_recovered")))
+            # The spell also counts, for an alert on spells shorter than a scrape interval.
+            registry = CollectorRegistry()
+            register_state_metrics(sync, registry)
+            spells = {"backend": "redis"}
+            assert registry.get_sample_value("meridian_state_degraded_spells_total", spells) == 1
+            assert registry.get_sample_value("meridian_state_degraded", spells) == 0
         finally:
             await sync.stop()
     degraded = captured.events("state_degraded")
