@@ -158,6 +158,7 @@ async def _measure(
     first, last = rounds[0], rounds[-1]
     return {
         "streams": streams,
+        "workers": workers,
         "tls": certificates is not None,
         "waves": rounds,
         # The first wave's figures at the top level, as before --waves existed.
@@ -249,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     result = uvloop.run(run)
     over = "HTTPS" if args.tls else "HTTP"
     print(
-        f"{result['streams']} streams a wave (backend over {over}); "
+        f"{result['streams']} streams a wave (backend over {over}), {args.workers} worker(s); "
         f"gateway RSS idle {result['rss_idle_mb']:.1f} MB"
+        + (" (the supervisor's)" if args.workers > 1 else "")
     )
     print(
         "| wave | ok | errors | RSS peak MB | RSS after MB | KB per open stream | TTFT p50 / p99 ms |"
