@@ -1,4 +1,4 @@
-"""A timeout that tells the gateway's own lag from a backend's silence.
+"""A timeout that tells the gateway's own lag from a backend's (or a client's) silence.
 
 Under a burst one turn of the event loop can run for seconds (thousands of new requests parsed
 and routed one after another). After it the loop polls the sockets, then runs the timers that
@@ -6,9 +6,9 @@ came due meanwhile, and a task woken by what the poll read resumes only in the t
 timeout whose timer came due in the long turn cancels its task although the answer is in (or is
 still unread in the kernel): the task waited in time, the loop did not look. (A plain timer
 callback, with no task waiting, sees the poll's reads first: tests/security/test_door_lag.py.)
-For a probe or a metrics scrape, that read as "backend
-b1 failing: timeout" (seen in ``python -m loadtests.bench_streams --streams 5000``), and three
-in a row would mark a healthy backend unhealthy.
+For a probe or a metrics scrape, that read as "backend b1 failing: timeout" (seen in
+``python -m loadtests.bench_streams --streams 5000``), and three in a row would mark a healthy
+backend unhealthy.
 
 :func:`judged_timeout` is ``asyncio.timeout`` that, when it fires, looks at how late its timer
 ran. Later than :data:`LATE_S` means the loop was busy past the deadline, and the timeout says
@@ -20,9 +20,11 @@ A relayed request's wait for its first token cannot give up with "no verdict": t
 waiting. :class:`LagForgivingTimeout` bounds it instead: when its timer runs over ``LATE_S``
 late, the time the loop owed is given back (the deadline moves on by as much, in all at most
 the timeout again or ``FORGIVEN_MIN_S``, whichever is more), so the loop gets to read what came
-meanwhile; a timer run on time ends the wait as ``asyncio.timeout`` would. The TCP connect of a
-relayed request has its own, stricter check (gateway/tcp_connect.py): there the kernel is asked
-whether the handshake completed.
+meanwhile; a timer run on time ends the wait as ``asyncio.timeout`` would. The same bounds the
+waits on a client (the door's body read, the SSE writer's wait for a slow reader; and, as
+:class:`ForgivingTimer`, a gRPC call's waits) and on the host's state coordinator. The TCP
+connect of a relayed request has its own, stricter check (gateway/tcp_connect.py): there the
+kernel is asked whether the handshake completed.
 """
 
 from __future__ import annotations

@@ -167,7 +167,8 @@ class Call:
         busy to look is given back first (gateway/lag_timeout.py), so what the client sent in
         time wakes this call before the timer, run late, could end it."""
         self._waiter = self.loop.create_future()
-        timer = ForgivingTimer(self.loop, until - self.loop.time(), on_timeout)
+        # From now: a wait begun past ``until`` (a wake-up that brought nothing) ends at once.
+        timer = ForgivingTimer(self.loop, max(0.0, until - self.loop.time()), on_timeout)
         try:
             await self._waiter
         finally:
