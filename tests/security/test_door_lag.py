@@ -32,14 +32,12 @@ from gateway.grpc_h2.limits import H2Limits
 from gateway.http_socket.policy import DOOR
 from gateway.http_socket.protocol import DoorServer
 from gateway.lean_door.door import LeanDoor
-from gateway.state_keys import METRICS
 from tests.gateway.support import FAST_ENGINE, MODEL, config_for
 from tests.grpc.h2_client import GatedBackend, RawClient, closes, h2_server, send_chat, token
 from tests.held_loop import hold_until
 from tests.security.auth_support import until
+from tests.security.door_support import Rig, door_gateway, door_timeouts
 from tests.servers import (
-    EmulatorFactory,
-    GatewayFactory,
     emulators,
     gateways,
     hang_bound,
@@ -54,7 +52,6 @@ BODY = orjson.dumps(
 CHAT_PATH = "/v1/chat/completions"
 
 
-Rig = tuple[EmulatorFactory, GatewayFactory, bool]
 LEAN = pytest.mark.parametrize("lean", [True, False], ids=["lean", "aiohttp"])
 
 
@@ -68,18 +65,6 @@ def _on_uvloop(test: Callable[[Rig], Awaitable[None]], lean: bool) -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run())
-
-
-async def _gateway(rig: Rig, **door: object) -> RunningGateway:
-    emulator, gateway, lean = rig
-    door.setdefault("lean", lean)
-    backend = await emulator("b1")
-    return await gateway(config_for({"b1": backend.url}, door=door))
-
-
-def _timeouts(running: RunningGateway, phase: str) -> float:
-    registry = running.app[METRICS].registry
-    return registry.get_sample_value("meridian_door_timeouts_total", {"phase": phase}) or 0.0
 
 
 def _lean_door(running: RunningGateway) -> LeanDoor:
@@ -110,7 +95,7 @@ def test_a_head_that_came_while_the_loop_was_busy_is_served_not_408(lean: bool) 
 
 
 async def _head_in_time(rig: Rig) -> None:
-    running = await _gateway(rig, header_timeout_s=DEADLINE_S)
+    running = await door_gateway(rig, header_timeout_s=DEADLINE_S)
     sock = socket.create_connection(("127.0.0.1", running.port))
     await until(lambda: running.app[DOOR].total == 1)  # accepted: the head's deadline runs
     armed = time.monotonic()
@@ -118,7 +103,7 @@ async def _head_in_time(rig: Rig) -> None:
     _hold_past(armed)
     answer = await _answer(sock)
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
-    assert _timeouts(running, "headers") == 0
+    assert door_timeouts(running, "headers") == 0
 
 
 def test_a_body_that_came_while_the_loop_was_busy_is_served_not_408() -> None:
@@ -128,7 +113,7 @@ def test_a_body_that_came_while_the_loop_was_busy_is_served_not_408() -> None:
 
 
 async def _body_in_time(rig: Rig) -> None:
-    running = await _gateway(rig, body_timeout_s=DEADLINE_S)
+    running = await door_gateway(rig, body_timeout_s=DEADLINE_S)
     request = post_bytes("gateway", CHAT_PATH, BODY, close=True)
     sock = socket.create_connection(("127.0.0.1", running.port))
     sock.sendall(request[:-10])  # the head and most of the body
@@ -139,7 +124,7 @@ async def _body_in_time(rig: Rig) -> None:
     _hold_past(armed)
     answer = await _answer(sock)
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
-    assert _timeouts(running, "body") == 0
+    assert door_timeouts(running, "body") == 0
 
 
 def test_a_keepalive_request_that_came_while_the_loop_was_busy_is_served() -> None:
@@ -148,7 +133,7 @@ def test_a_keepalive_request_that_came_while_the_loop_was_busy_is_served() -> No
 
 
 async def _next_request_in_time(rig: Rig) -> None:
-    running = await _gateway(rig, keepalive_timeout_s=DEADLINE_S)
+    running = await door_gateway(rig, keepalive_timeout_s=DEADLINE_S)
     reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
     writer.write(post_bytes("gateway", CHAT_PATH, BODY))
     async with asyncio.timeout(hang_bound(10.0)):

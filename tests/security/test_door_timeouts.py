@@ -19,30 +19,18 @@ from gateway.http_socket.policy import DOOR
 from gateway.http_socket.protocol import DoorServer
 from gateway.lean_door.connection import LeanConnection
 from gateway.lean_door.door import LeanDoor
-from gateway.state_keys import METRICS
-from tests.gateway.support import FAST_ENGINE, MODEL, config_for
+from tests.gateway.support import FAST_ENGINE, MODEL
 from tests.security.auth_support import until
-from tests.servers import EmulatorFactory, GatewayFactory, emulators, gateways
+from tests.security.door_support import Rig, door_gateway, door_timeouts, sample
+from tests.servers import emulators, gateways
 
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
-
-
-# The factories, and whether the lean door reads the listener (gateway/lean_door) or aiohttp's
-# server does (door.lean: false; a TLS listener): each has the door's timeouts and caps.
-Rig = tuple[EmulatorFactory, GatewayFactory, bool]
 
 
 @pytest.fixture(params=[True, False], ids=["lean", "aiohttp"])
 async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     async with emulators(MODEL, FAST_ENGINE) as emulator, gateways() as gateway:
         yield emulator, gateway, bool(request.param)
-
-
-async def _gateway(rig: Rig, **door: object) -> RunningGateway:
-    emulator, gateway, lean = rig
-    door.setdefault("lean", lean)
-    backend = await emulator("b1")
-    return await gateway(config_for({"b1": backend.url}, door=door))
 
 
 async def _open(port: int, data: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -58,18 +46,10 @@ async def _healthz(url: str) -> int:
             return r.status
 
 
-def _sample(running: RunningGateway, name: str, **labels: str) -> float:
-    return running.app[METRICS].registry.get_sample_value(name, labels) or 0.0
-
-
-def _timeouts(running: RunningGateway, phase: str) -> float:
-    return _sample(running, "meridian_door_timeouts_total", phase=phase)
-
-
 async def test_slowloris_heads_get_408_and_a_closed_socket(
     rig: Rig,
 ) -> None:
-    running = await _gateway(rig, header_timeout_s=0.5)
+    running = await door_gateway(rig, header_timeout_s=0.5)
     port = running.port
     slow = [await _open(port, HEAD + b"X-Slow: 1") for _ in range(20)]  # never finish the head
     assert await _healthz(running.admin_url) == 200
@@ -77,7 +57,7 @@ async def test_slowloris_heads_get_408_and_a_closed_socket(
         answer = await reader.read()  # the 408, then EOF: the gateway shut its write side
         assert answer.startswith(b"HTTP/1.1 408 ")
         writer.close()
-    assert _timeouts(running, "headers") == 20
+    assert door_timeouts(running, "headers") == 20
     await until(lambda: running.app[DOOR].total == 0)  # every socket closed after its 408
     assert await _healthz(running.url) == 200
 
@@ -111,20 +91,20 @@ async def _unread_partial_head(
 async def test_a_head_left_unread_past_its_deadline_gets_its_408_not_a_reset(
     rig: Rig,
 ) -> None:
-    running = await _gateway(rig, header_timeout_s=0.5)
+    running = await door_gateway(rig, header_timeout_s=0.5)
     reader, writer = await _unread_partial_head(running)
     # Closing at once with the head unread was a reset here (ConnectionResetError, no 408).
     answer = await reader.read()
     assert answer.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in answer
     writer.close()
     await until(lambda: running.app[DOOR].total == 0)  # the client's close ends the linger
-    assert _timeouts(running, "headers") == 1
+    assert door_timeouts(running, "headers") == 1
 
 
 async def test_the_linger_after_a_408_is_bounded_in_bytes_and_time(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    running = await _gateway(rig, header_timeout_s=0.5)
+    running = await door_gateway(rig, header_timeout_s=0.5)
     policy = running.app[DOOR]
     # Bytes: a client that keeps sending after its 408 is cut off after LINGER_BYTES more,
     # long before a linger this long would end it.
@@ -143,11 +123,11 @@ async def test_the_linger_after_a_408_is_bounded_in_bytes_and_time(
     assert (await reader.read()).startswith(b"HTTP/1.1 408 ")
     await until(lambda: policy.total == 0)  # the client still holds its end open
     writer.close()
-    assert _timeouts(running, "headers") == 2
+    assert door_timeouts(running, "headers") == 2
 
 
 async def test_slow_body_gets_408(rig: Rig) -> None:
-    running = await _gateway(rig, body_timeout_s=0.5)
+    running = await door_gateway(rig, body_timeout_s=0.5)
     reader, writer = await _open(
         running.port,
         HEAD + b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model": ',
@@ -157,13 +137,13 @@ async def test_slow_body_gets_408(rig: Rig) -> None:
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b"\r\nConnection: close\r\n" in answer  # the rest of the body is not waited for
     assert b'"request_timeout"' in answer
-    assert _timeouts(running, "body") == 1
+    assert door_timeouts(running, "body") == 1
 
 
 async def test_idle_keepalive_connection_is_closed(
     rig: Rig,
 ) -> None:
-    running = await _gateway(rig, keepalive_timeout_s=0.5)
+    running = await door_gateway(rig, keepalive_timeout_s=0.5)
     reader, writer = await _open(running.port, b"GET /healthz HTTP/1.1\r\nHost: g\r\n\r\n")
     head = await reader.readuntil(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ")
@@ -182,7 +162,7 @@ async def test_idle_keepalive_connection_is_closed(
 async def test_connection_caps_refuse_at_once_while_admin_healthz_answers(
     rig: Rig, door: dict[str, object], reason: str
 ) -> None:
-    running = await _gateway(rig, **door)
+    running = await door_gateway(rig, **door)
     policy = running.app[DOOR]
     port = running.port
     held = [await _open(port, HEAD) for _ in range(3)]
@@ -190,7 +170,7 @@ async def test_connection_caps_refuse_at_once_while_admin_healthz_answers(
     reader, writer = await _open(port, b"GET /healthz HTTP/1.1\r\nHost: g\r\n\r\n")
     assert await reader.read() == b""  # closed before a byte was read
     writer.close()
-    assert _sample(running, "meridian_door_connections_refused_total", reason=reason) == 1
+    assert sample(running, "meridian_door_connections_refused_total", reason=reason) == 1
     assert await _healthz(running.admin_url) == 200
     held[0][1].close()
     await until(lambda: policy.total == 2)
