@@ -12,7 +12,10 @@ and a closed c=1 load that alternates direct and gateway runs (the client-side n
 reference). The steps:
 
 - ``door``: the read of the request's head -> the request's task running;
-- ``accept``: auth, the strict parse, geo, the objective (``CoreCall.accept`` returns);
+- ``parse``: auth, the strict parse, geo (-> the request's routing profile begun);
+- ``profile``: the routing profile: the prompt's canonical form, its prefix block hashes and
+  token count (``routing.profile``, as ``gateway.inbound`` calls it);
+- ``accept``: the rest of the accept, the objective above all (``CoreCall.accept`` returns);
 - ``admit``: the chain hop, the request's hold, admission, the fleet snapshot, the profile's
   placement (-> ``decide`` called);
 - ``decide``: the routing decision;
@@ -65,7 +68,9 @@ from loadtests.results_file import write_results
 # (step, from mark, to mark)
 STEPS = (
     ("door", "read", "serve"),
-    ("accept", "serve", "accepted"),
+    ("parse", "serve", "profile"),
+    ("profile", "profile", "profiled"),
+    ("accept", "profiled", "accepted"),
     ("admit", "accepted", "route"),
     ("decide", "route", "decided"),
     ("attempt", "decided", "sent"),
@@ -132,13 +137,15 @@ class _StampedTransport:
 
 def _wrap(marks: Marks) -> None:
     """Stamp the functions that mark the steps (the gateway's modules, imported by name)."""
-    from gateway import http_client, relay
+    from gateway import http_client, inbound, relay
     from gateway.lean_door import connection, sse
     from gateway.lifecycle import call
 
     lean = connection.LeanConnection
     lean.data_received = _stamp_before(marks, "read", lean.data_received)  # type: ignore[method-assign]
     lean._serve = _stamp_coroutine(marks, "serve", lean._serve)  # type: ignore[method-assign]
+    for name in ("profile_from_chat", "profile_from_completion"):  # read at call time
+        setattr(inbound, name, _stamp_around(marks, "profile", "profiled", getattr(inbound, name)))
     call.CoreCall.accept = _stamp_after(marks, "accepted", call.CoreCall.accept)  # type: ignore[method-assign]
     setattr(relay, "decide", _stamp_around(marks, "route", "decided", vars(relay)["decide"]))  # noqa: B010
     upstream = http_client.UpstreamConnection

@@ -1,7 +1,7 @@
 """``loadtests.first_token_clock`` on real processes: every measured request is stamped at
 each step of its first-token path, in order, so the tool notices when a function that marks a
-step (the lean door's read, ``CoreCall.accept``, ``decide``, the upstream write, ``_stamp``,
-the first write to the client) is renamed or moved."""
+step (the lean door's read, the routing profile, ``CoreCall.accept``, ``decide``, the upstream
+write, ``_stamp``, the first write to the client) is renamed or moved."""
 
 from __future__ import annotations
 
