@@ -4,9 +4,9 @@ Under a burst (thousands of streams arriving at one worker at once) one turn of 
 can run for seconds: every new request's parse and decision, one after another. Then the timers
 that came due run before the task woken by the poll resumes (gateway/lag_timeout.py), so a plain
 ``asyncio.timeout`` around ``create_connection`` fires for a handshake the kernel finished
-seconds earlier and that the loop had no turn to look at yet. The gateway then blamed the backend: a 504, a failure on its
-record, and five of them ejected a healthy backend (measured: 5,754 504s of an 8,000-stream
-burst, ``python -m loadtests.bench_streams --streams 8000``).
+seconds earlier and that the loop had no turn to look at yet. The gateway then blamed the
+backend: a 504, a failure on its record, and five of them ejected a healthy backend (measured:
+5,754 504s of an 8,000-stream burst, ``python -m loadtests.bench_streams --streams 8000``).
 
 Here the deadline only ends the wait. What happened is then asked of the socket itself: a
 handshake the kernel completed is a connection however late the loop noticed it, one that

@@ -1,8 +1,9 @@
 """A client's deadline that passes while the gateway's own event loop is too busy to look is not
 the client's fault: a head, a body, a keep-alive connection's next request, a gRPC client's
 preface, a slow reader that took its bytes or a gRPC client that opened its window, all in time,
-are served, not answered 408, cut off or reset. The loop is held (a blocking call on its thread) past the deadline with the client's bytes
-in the kernel, as one turn of a burst of thousands of new streams holds it.
+are served, not answered 408, cut off or reset. The loop is held (a blocking call on its thread)
+past the deadline with the client's bytes in the kernel, as one turn of a burst of thousands of
+new streams holds it.
 
 Each test runs on a uvloop of its own, as ``meridian serve`` does. Both uvloop (0.23 checked)
 and asyncio's own loop poll the sockets before they run the timers that came due meanwhile, so a
@@ -11,8 +12,8 @@ bytes first and passes as it is. A deadline around a *wait* does not: the read w
 task only in the next turn, and the timer, run in this one, cancels it first. The body read, the
 SSE writer's wait for a slow client and a gRPC call's wait for room in the client's window
 failed here that way (408, a stream cut off, a call reset CANCEL) until they took
-gateway/lag_timeout.py's ``LagForgivingTimeout`` and ``ForgivingTimer``. That a client who really is slow
-still gets its 408 is tests/security/test_door_timeouts.py's to show."""
+gateway/lag_timeout.py's ``LagForgivingTimeout`` and ``ForgivingTimer``. That a client who
+really is slow still gets its 408 is tests/security/test_door_timeouts.py's to show."""
 
 from __future__ import annotations
 
