@@ -137,7 +137,7 @@ async def run_attempt(
             )
             exchange = UpstreamExchange(
                 response,
-                StreamStats(started_at=ctx.inbound.received_at),
+                StreamStats.for_choices(ctx.inbound.received_at, ctx.inbound.choices),
                 call.grammar,
                 inter_token_s=ctx.policy.inter_token_s,
                 keep_parsed=ctx.keep_parsed,

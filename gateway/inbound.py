@@ -65,6 +65,7 @@ class InboundRequest:
     received_at: float  # time.perf_counter() when the request arrived
     client_model: str = ""  # the name as the client sent it, when an alias (else == model)
     chat_body: bytes | None = None  # the request as chat completions, for backends that need it
+    choices: int = 1  # ``n``: answers sampled from the one prompt (gateway/timing.py's ITL)
 
     def body_for(self, names: ModelNames, backend: str) -> bytes:
         """The body as ``backend`` must receive it: ``model`` set to its own id."""
@@ -160,6 +161,7 @@ def parse_inbound(
     if door is not None:
         payload, chat_form = door(payload)
         max_tokens = _optional_int(payload, "max_tokens")
+    choices = _optional_int(payload, "n") or 1  # (another door's body, as chat, has no ``n``)
     if "messages" in payload or endpoint is Endpoint.CHAT:
         _check_messages(payload.get("messages"))
     else:
@@ -194,6 +196,7 @@ def parse_inbound(
         received_at=received_at,
         client_model=client_model if client_model != model else "",
         chat_body=chat_body,
+        choices=choices,
     )
 
 

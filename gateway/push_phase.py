@@ -67,6 +67,10 @@ class Pusher(Protocol):
         ...
 
 
+def _through_check(data: bytes) -> bool | None:
+    return None  # not known from the bytes: the event goes through the splitter and check
+
+
 class PushSink:
     """One stream's push-mode relay of upstream reads; reset before each push."""
 
@@ -89,7 +93,10 @@ class PushSink:
         self._push = push
         self._watch = exchange._watch()  # each read restarts its wait (since, inline)
         self._check = exchange.check
-        self._plain = exchange.grammar.plain_data  # the byte pre-check, before any SseEvent
+        # The byte pre-check, before any SseEvent. With n > 1 choices a token's gap is its
+        # choice's (gateway/timing.py), which ``check`` reads: every read goes through it.
+        per_choice = exchange.stats.choice_last_at is not None
+        self._plain = _through_check if per_choice else exchange.grammar.plain_data
         self._out: RawOut | None = None  # set by reset(): the push is ready by then
         self.held: list[SseEvent] = []  # events handed back to the task (the stream's end)
         self.failure: BaseException | None = None  # raised by the task after ``held``

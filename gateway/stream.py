@@ -31,6 +31,7 @@ from gateway.read_watch import ReadWatch
 from gateway.scrub import scrub
 from gateway.sse import SseEvent, SseSplitter
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
+from gateway.token_events import choice_index
 from gateway.upstream_response import UpstreamResponse
 from routing.types import BackendSpec
 
@@ -133,7 +134,9 @@ class UpstreamExchange:
         ends = self.grammar.ends(event, obj)
         if carries and not ends:
             counted = obj is not None and self.grammar.counts_token(obj)
-            self.stats.on_token_event(time.perf_counter(), counted=counted)
+            stats = self.stats
+            choice = 0 if stats.choice_last_at is None else choice_index(obj)
+            stats.on_token_event(time.perf_counter(), counted, choice)
         if ends:
             self.saw_done = True
             self.ended_by = event
@@ -239,6 +242,9 @@ class UpstreamExchange:
         if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)
             if plain:  # StreamStats.on_token_event(now), inline: runs for every token event
                 stats, now = self.stats, time.perf_counter()
+                if stats.choice_last_at is not None:  # n > 1: the gap is its choice's
+                    stats.on_token_event(now, True, choice_index(obj))
+                    return
                 if stats.first_token_at is None:
                     stats.first_token_at = now
                 if (last := stats.last_token_at) is not None:

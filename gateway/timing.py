@@ -127,16 +127,30 @@ class StreamStats:
     last_token_at: float | None = None
     gaps_ms: list[float] = field(default_factory=list)
     output_events: int = 0
+    # A request for ``n`` > 1 choices: each choice's last token time. An engine decodes the
+    # choices side by side, so one step sends a token of each at once; a gap is between two
+    # tokens of one choice, or the stream's ITL would be mostly ~0 ms gaps (and routing would
+    # learn a decode n times faster than the backend's). None: one choice (the usual stream).
+    choice_last_at: dict[int, float] | None = None
 
-    def on_token_event(self, now: float, counted: bool = True) -> None:
+    @classmethod
+    def for_choices(cls, started_at: float, choices: int) -> StreamStats:
+        return cls(started_at, choice_last_at={} if choices > 1 else None)
+
+    def on_token_event(self, now: float, counted: bool = True, choice: int = 0) -> None:
         """An event that ends the wait for the first token; ``counted`` when it carries one (a
-        finish-only chunk starts the stream but is neither a token nor an ITL gap)."""
+        finish-only chunk starts the stream but is neither a token nor an ITL gap); ``choice``:
+        its choice's index (read only with ``choice_last_at``)."""
         if self.first_token_at is None:
             self.first_token_at = now
         if not counted:
             return
-        if self.last_token_at is not None:
-            self.gaps_ms.append((now - self.last_token_at) * 1000.0)
+        by_choice = self.choice_last_at
+        last = self.last_token_at if by_choice is None else by_choice.get(choice)
+        if last is not None:
+            self.gaps_ms.append((now - last) * 1000.0)
+        if by_choice is not None:
+            by_choice[choice] = now
         self.last_token_at = now
         self.output_events += 1
 

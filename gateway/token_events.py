@@ -48,6 +48,17 @@ def chunk_output(obj: Mapping[str, Any]) -> bool | None:
     return output
 
 
+def choice_index(obj: Mapping[str, Any] | None) -> int:
+    """The index of a chunk's (first) choice: which of a request's ``n`` choices a token
+    belongs to. 0 for a chunk without one (a wire format with a single answer)."""
+    choices = obj.get("choices") if obj is not None else None
+    if type(choices) is list and choices and type(choices[0]) is dict:
+        index = choices[0].get("index")
+        if type(index) is int:
+            return index
+    return 0
+
+
 def answer_shaped(obj: Mapping[str, Any]) -> bool:
     """Whether a non-streaming answer (chat or completions) is shaped like one: ``choices``
     absent or a list of objects, each ``message`` absent or an object whose ``tool_calls`` are

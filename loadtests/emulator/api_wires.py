@@ -49,7 +49,7 @@ class EmbeddingsWire:
     def opening(self) -> bytes:
         return b""
 
-    def token(self, index: int, finish_reason: str | None) -> bytes:
+    def token(self, index: int, finish_reason: str | None, choice: int = 0) -> bytes:
         return b""
 
     def closing(self, prompt: int, completion: int, cached: int, include_usage: bool) -> bytes:
@@ -133,7 +133,7 @@ class ResponsesWire:
             + self._send("response.content_part.added", item_id=f"msg_{self.id}", output_index=0, content_index=0, part=empty)
         )  # fmt: skip
 
-    def token(self, index: int, finish_reason: str | None) -> bytes:
+    def token(self, index: int, finish_reason: str | None, choice: int = 0) -> bytes:
         delta = WORDS[index % len(WORDS)]
         self.text += delta
         if finish_reason == "length":
@@ -222,7 +222,7 @@ class MessagesWire:
         }
         return _event("message_start", start) + _event("content_block_start", block)  # fmt: skip
 
-    def token(self, index: int, finish_reason: str | None) -> bytes:
+    def token(self, index: int, finish_reason: str | None, choice: int = 0) -> bytes:
         if finish_reason is not None:
             self.stop = _STOP.get(finish_reason, "end_turn")
         delta = {"type": "text_delta", "text": WORDS[index % len(WORDS)]}

@@ -59,8 +59,13 @@ class RealtimeEngine:
         self._last = max(self._last, self._loop.time())
         return self._last
 
-    def submit(self, request: SequenceRequest) -> asyncio.Queue[Event]:
-        queue: asyncio.Queue[Event] = asyncio.Queue()
+    def submit(
+        self, request: SequenceRequest, queue: asyncio.Queue[Event] | None = None
+    ) -> asyncio.Queue[Event]:
+        """Put ``request`` in the engine; its events go to ``queue`` (a new one by default;
+        a request's choices share one)."""
+        if queue is None:
+            queue = asyncio.Queue()
         self._queues[request.seq_id] = queue
         self._engine.submit(request, self.now())
         self._pump()
@@ -82,7 +87,7 @@ class RealtimeEngine:
 
     def reset(self) -> None:
         self._engine.reset(self.now())
-        for queue in self._queues.values():
+        for queue in {id(q): q for q in self._queues.values()}.values():  # once a request
             queue.put_nowait(Event(EventKind.FAILED, -1, self._last, 0))
         self._queues.clear()
         self._pump()

@@ -41,6 +41,12 @@ class ParsedRequest:
     max_tokens: int | None
     canonical: bytes
     prompt_tokens: int
+    choices: int = 1  # ``n``: sequences sampled from the one prompt, each its own choice
+
+
+# OpenAI's own bound on ``n``; vLLM takes any positive n, but an emulator that let one request
+# occupy thousands of sequences would only be a way to stall it.
+MAX_CHOICES = 128
 
 
 def bad_request(message: str, param: str | None = None) -> ApiError:
@@ -104,6 +110,11 @@ def parse_request(body: object, endpoint: Endpoint, max_model_len: int) -> Parse
         max_tokens = _optional_positive_int(body, "max_completion_tokens")
     if isinstance(max_tokens, ApiError):
         return max_tokens
+    choices = _optional_positive_int(body, "n")
+    if isinstance(choices, ApiError):
+        return choices
+    if choices is not None and choices > MAX_CHOICES:
+        return bad_request(f"n must be at most {MAX_CHOICES}, got {choices}", "n")
     canonical = _canonical_prompt(body, endpoint)
     if isinstance(canonical, ApiError):
         return canonical
@@ -116,7 +127,9 @@ def parse_request(body: object, endpoint: Endpoint, max_model_len: int) -> Parse
             "messages or completion.",
             "max_tokens",
         )
-    return ParsedRequest(endpoint, model, flags[0], flags[1], max_tokens, canonical, prompt_tokens)
+    return ParsedRequest(
+        endpoint, model, flags[0], flags[1], max_tokens, canonical, prompt_tokens, choices or 1
+    )
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
@@ -162,14 +175,17 @@ class ResponseIdentity:
     endpoint: Endpoint
     tool: str | None = None  # chat with tools: the answer is a call of this function
     max_tokens: int = 0
+    choices: int = 1  # the request's ``n``
 
     def opening(self) -> bytes:
-        return self.role_chunk() if self.endpoint is Endpoint.CHAT else b""
+        if self.endpoint is not Endpoint.CHAT:
+            return b""
+        return b"".join(self.role_chunk(choice) for choice in range(self.choices))
 
-    def token(self, index: int, finish_reason: str | None) -> bytes:
+    def token(self, index: int, finish_reason: str | None, choice: int = 0) -> bytes:
         if self.tool is not None:
-            return self.tool_chunk(index, finish_reason and "tool_calls")
-        return self.token_chunk(index, finish_reason)
+            return self.tool_chunk(index, finish_reason and "tool_calls", choice)
+        return self.token_chunk(index, finish_reason, choice)
 
     def closing(self, prompt: int, completion: int, cached: int, include_usage: bool) -> bytes:
         return self.usage_chunk(prompt, completion, cached) if include_usage else b""
@@ -180,13 +196,17 @@ class ResponseIdentity:
     def whole(self, prompt: int, completion: int, cached: int, finish_reason: str) -> bytes:
         return self.full_body(prompt, completion, cached, finish_reason)
 
-    def tool_chunk(self, index: int, finish_reason: str | None) -> bytes:
+    def tool_chunk(self, index: int, finish_reason: str | None, choice: int = 0) -> bytes:
         call: dict[str, Any] = {"index": 0}
         if index == 0:
-            call.update(id=f"call_{self.id}", type="function", function={"name": self.tool})
+            call.update(id=self._call_id(choice), type="function", function={"name": self.tool})
         call.setdefault("function", {})["arguments"] = tool_arguments(index, self.max_tokens)
-        choice = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": finish_reason}
-        return self.sse(self._envelope(self.chunk_object, [choice]))
+        delta = {"tool_calls": [call]}
+        entry = {"index": choice, "delta": delta, "finish_reason": finish_reason}
+        return self.sse(self._envelope(self.chunk_object, [entry]))
+
+    def _call_id(self, choice: int) -> str:
+        return f"call_{self.id}" if choice == 0 else f"call_{self.id}_{choice}"
 
     @property
     def chunk_object(self) -> str:
@@ -204,19 +224,19 @@ class ResponseIdentity:
     def sse(self, payload: dict[str, Any]) -> bytes:
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
-    def role_chunk(self) -> bytes:
-        """vLLM's first chat chunk: the assistant role with empty content."""
+    def role_chunk(self, choice: int = 0) -> bytes:
+        """vLLM's first chat chunk of each choice: the assistant role with empty content."""
         delta = {"role": "assistant", "content": ""}
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-        return self.sse(self._envelope(self.chunk_object, [choice]))
+        entry = {"index": choice, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self.sse(self._envelope(self.chunk_object, [entry]))
 
-    def token_chunk(self, index: int, finish_reason: str | None) -> bytes:
+    def token_chunk(self, index: int, finish_reason: str | None, choice_index: int = 0) -> bytes:
         text = WORDS[index % len(WORDS)]
         choice: dict[str, Any]
         if self.endpoint is Endpoint.CHAT:
-            choice = {"index": 0, "delta": {"content": text}, "logprobs": None}
+            choice = {"index": choice_index, "delta": {"content": text}, "logprobs": None}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None}
+            choice = {"index": choice_index, "text": text, "logprobs": None}
         choice["finish_reason"] = finish_reason
         if finish_reason is not None:
             choice["stop_reason"] = None
@@ -228,24 +248,30 @@ class ResponseIdentity:
         return self.sse(payload)
 
     def full_body(self, prompt: int, completion: int, cached: int, finish_reason: str) -> bytes:
+        """``completion`` counts every choice's tokens (usage); each choice has an equal share
+        (the engine generates the same length for each)."""
+        each = completion // self.choices
+        choices = [self._whole_choice(i, each, finish_reason) for i in range(self.choices)]
+        obj = "chat.completion" if self.endpoint is Endpoint.CHAT else "text_completion"
+        payload = self._envelope(obj, choices)
+        payload["usage"] = usage(prompt, completion, cached)
+        return orjson.dumps(payload)
+
+    def _whole_choice(self, index: int, completion: int, finish_reason: str) -> dict[str, Any]:
         text = "".join(WORDS[i % len(WORDS)] for i in range(completion))
-        choice: dict[str, Any] = {"index": 0, "logprobs": None}
+        choice: dict[str, Any] = {"index": index, "logprobs": None}
         if self.endpoint is Endpoint.CHAT and self.tool is not None:
             arguments = "".join(tool_arguments(i, completion) for i in range(completion))
             function = {"name": self.tool, "arguments": arguments}
-            call = {"id": f"call_{self.id}", "type": "function", "function": function}
+            call = {"id": self._call_id(index), "type": "function", "function": function}
             choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
-            finish_reason, obj = "tool_calls", "chat.completion"
+            finish_reason = "tool_calls"
         elif self.endpoint is Endpoint.CHAT:
             choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
-            obj = "chat.completion"
         else:
             choice["text"] = text
-            obj = "text_completion"
         choice.update(finish_reason=finish_reason, stop_reason=None)
-        payload = self._envelope(obj, [choice])
-        payload["usage"] = usage(prompt, completion, cached)
-        return orjson.dumps(payload)
+        return choice
 
 
 DONE = b"data: [DONE]\n\n"

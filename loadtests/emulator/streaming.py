@@ -2,6 +2,12 @@
 
 A client that goes away (aiohttp cancels the handler, or a write finds the socket reset) makes
 the sequence leave the engine at once, whatever phase it is in, and counts as cancelled.
+
+A request with ``n`` > 1 runs as n sequences of the one prompt, as vLLM runs parallel
+sampling: each is its own sequence in the engine's batch (so it takes a batch slot and decodes
+at the batch's pace), and the stream interleaves their chunks, each with its choice's index.
+The engine's metrics count the request once (TTFT at its first token, success at its end) and
+every generated token.
 """
 
 from __future__ import annotations
@@ -35,13 +41,14 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
 class GenerationContext:
     backend: EmulatedBackend
     parsed: ParsedRequest
-    seq_id: int
-    max_tokens: int
-    queue: asyncio.Queue[Event]
+    seq_ids: tuple[int, ...]  # one sequence a choice, in choice order
+    max_tokens: int  # a choice's
+    queue: asyncio.Queue[Event]  # every choice's events
     submitted_at: float
     identity: Wire
-    tokens: int = 0
+    choice_tokens: list[int] = field(default_factory=list)
     cached_tokens: int = 0
+    finished: int = 0  # choices that ended
     last_token_at: float = 0.0
     phases: FirstTokenPhases | None = None
     first_token_at: float = 0.0
@@ -60,27 +67,42 @@ class GenerationContext:
         tool: str | None = None,
     ) -> GenerationContext:
         engine = backend.config.engine
-        seq_id = backend.next_seq_id()
+        seq_ids = tuple(backend.next_seq_id() for _ in range(parsed.choices))
         max_tokens = parsed.max_tokens or engine.default_output_tokens
         hashes = block_hashes(parsed.canonical, tenant="default", block_tokens=engine.block_tokens)
         if backend.tokenizer is not None:  # the engine's own tokens, not bytes / 4
             ids = canonical_ids(backend.tokenizer, parsed.canonical)
             parsed = dataclasses.replace(parsed, prompt_tokens=max(len(ids), 1))
             hashes = id_block_hashes(ids, "default", engine.block_tokens)
-        request = SequenceRequest(
-            seq_id, parsed.prompt_tokens, max_tokens, hashes,
-            stall_s=plan.stall_s, drip_s=plan.drip_s, die_after_tokens=plan.die_after_tokens,
-        )  # fmt: skip
         submitted_at = backend.driver.now()
-        queue = backend.driver.submit(request)
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        for seq_id in seq_ids:
+            request = SequenceRequest(
+                seq_id, parsed.prompt_tokens, max_tokens, hashes,
+                stall_s=plan.stall_s, drip_s=plan.drip_s, die_after_tokens=plan.die_after_tokens,
+            )  # fmt: skip
+            backend.driver.submit(request, queue)
+        first = seq_ids[0]
         prefix = "chatcmpl" if parsed.endpoint is Endpoint.CHAT else "cmpl"
         identity: Wire = ResponseIdentity(
-            f"{prefix}-{backend.config.name}-{seq_id}", int(time.time()), parsed.model,
-            parsed.endpoint, tool, max_tokens,
+            f"{prefix}-{backend.config.name}-{first}", int(time.time()), parsed.model,
+            parsed.endpoint, tool, max_tokens, parsed.choices,
         )  # fmt: skip
         if wire is not None:  # another API's wire format (loadtests/emulator/wires.py)
-            identity = wire(f"{backend.config.name}-{seq_id}", parsed.model, max_tokens)
-        return cls(backend, parsed, seq_id, max_tokens, queue, submitted_at, identity)
+            identity = wire(f"{backend.config.name}-{first}", parsed.model, max_tokens)
+        choice_tokens = [0] * len(seq_ids)
+        return cls(
+            backend, parsed, seq_ids, max_tokens, queue, submitted_at, identity, choice_tokens
+        )
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens so far, every choice's."""
+        return sum(self.choice_tokens)
+
+    def choice_of(self, event: Event) -> int:
+        # Sequence ids are consecutive (``start``); n is small, so no map is kept.
+        return event.seq_id - self.seq_ids[0]
 
     @property
     def finish_reason(self) -> str:
@@ -103,26 +125,32 @@ class GenerationContext:
             self.emitted += 1
             self._observe(event)
             yield event
-            if event.kind in (EventKind.FINISHED, EventKind.FAILED):
+            if event.kind is EventKind.FAILED:
                 return
+            if event.kind is EventKind.FINISHED:
+                self.finished += 1
+                if self.finished == len(self.seq_ids):
+                    return
 
     def _observe(self, event: Event) -> None:
         metrics = self.backend.metrics
         model = self.parsed.model
         if event.kind is EventKind.FIRST_TOKEN:
-            self.phases = FirstTokenPhases.of(self.submitted_at, event)
-            self.first_token_at = event.time
-            metrics.ttft.labels(model).observe(event.time - self.submitted_at)
-            metrics.prompt_tokens.labels(model).inc(self.parsed.prompt_tokens)
+            if self.phases is None:  # the request's first token, whichever choice has it
+                self.phases = FirstTokenPhases.of(self.submitted_at, event)
+                self.first_token_at = event.time
+                metrics.ttft.labels(model).observe(event.time - self.submitted_at)
+                metrics.prompt_tokens.labels(model).inc(self.parsed.prompt_tokens)
+                self.cached_tokens = event.cached_tokens
         elif event.kind is EventKind.TOKEN:
-            metrics.itl.labels(model).observe(event.time - self.last_token_at)
-        elif event.kind is EventKind.FINISHED:
+            if event.time > self.last_token_at:  # a step's gap, not the choices of one step
+                metrics.itl.labels(model).observe(event.time - self.last_token_at)
+        elif event.kind is EventKind.FINISHED and self.finished + 1 == len(self.seq_ids):
             metrics.e2e.labels(model).observe(event.time - self.submitted_at)
             metrics.request_success.labels(model, self.finish_reason).inc()
         if event.kind in (EventKind.FIRST_TOKEN, EventKind.TOKEN):
             metrics.generation_tokens.labels(model).inc()
-            self.tokens = event.tokens
-            self.cached_tokens = event.cached_tokens
+            self.choice_tokens[self.choice_of(event)] = event.tokens
             self.last_token_at = event.time
 
     def server_timing(self) -> str | None:
@@ -147,7 +175,8 @@ class GenerationContext:
     def abandoned(self) -> None:
         if not self.settled:
             self.settled = True
-            self.backend.driver.cancel(self.seq_id)
+            for seq_id in self.seq_ids:  # a choice that already finished is not in the engine
+                self.backend.driver.cancel(seq_id)
             self.backend.stats.cancelled += 1
 
 
@@ -175,7 +204,7 @@ async def respond_stream(request: web.Request, ctx: GenerationContext) -> web.St
             if event.kind is not EventKind.FINISHED:
                 last = event.tokens >= ctx.max_tokens
                 finish = ctx.finish_reason if last else None
-                await response.write(identity.token(event.tokens - 1, finish))
+                await response.write(identity.token(event.tokens - 1, finish, ctx.choice_of(event)))
         prompt, include_usage = ctx.parsed.prompt_tokens, ctx.parsed.include_usage
         await response.write(identity.closing(prompt, ctx.tokens, ctx.cached_tokens, include_usage))
         entries = ctx.server_timing()

@@ -12,10 +12,13 @@ class Wire(Protocol):
         """Written before the first token (may be empty)."""
         ...
 
-    def token(self, index: int, finish_reason: str | None) -> bytes: ...
+    def token(self, index: int, finish_reason: str | None, choice: int = 0) -> bytes:
+        """Token ``index`` of choice ``choice`` (only the OpenAI wire runs ``n`` > 1)."""
+        ...
 
     def closing(self, prompt: int, completion: int, cached: int, include_usage: bool) -> bytes:
-        """After the last token, before the engine's ``: server-timing`` comment."""
+        """After the last token, before the engine's ``: server-timing`` comment
+        (``completion``: the tokens of every choice)."""
         ...
 
     def terminal(self) -> bytes:
@@ -23,7 +26,7 @@ class Wire(Protocol):
         ...
 
     def whole(self, prompt: int, completion: int, cached: int, finish_reason: str) -> bytes:
-        """The non-streaming body."""
+        """The non-streaming body (``completion``: the tokens of every choice)."""
         ...
 
 

@@ -29,6 +29,13 @@ CASES = [
     ),
     (
         "/v1/chat/completions",
+        b'{"model": "test-model", "messages": [{"role": "user", "content": "x"}], "n": 0}',
+        400,
+        None,
+    ),
+    ("/v1/completions", b'{"model": "test-model", "prompt": "x", "n": "2"}', 400, None),
+    (
+        "/v1/chat/completions",
         b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}',
         404,
         "model_not_found",

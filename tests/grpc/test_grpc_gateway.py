@@ -101,6 +101,25 @@ async def test_chat_through_the_gateway_carries_route_and_timing(grpc_engine: Gr
     assert "e2e" in _timing_names(trailing["server-timing"])
 
 
+async def test_n_choices_each_get_their_role_and_tokens(grpc_engine: GrpcEngine) -> None:
+    """``n: 3``: the engine opens each choice with a role chunk; every choice's role and
+    tokens reach the client under its own index, whatever the openers were folded into."""
+    async with grpc_gateway(engine=grpc_engine) as door:
+        call = door.stub.ChatCompletion(chat(max_tokens=4, n=3))
+        chunks = [chunk async for chunk in call]
+        trailing = dict(await call.trailing_metadata())
+    roles: dict[int, str] = {}
+    texts = {0: "", 1: "", 2: ""}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            if choice.delta.role:
+                roles[choice.index] = choice.delta.role
+            texts[choice.index] += choice.delta.content
+    assert roles == {0: "assistant", 1: "assistant", 2: "assistant"}
+    assert set(texts.values()) == {" the quick brown fox"}
+    assert orjson.loads(trailing["x-meridian-timing"])["output_tokens"] == 12
+
+
 async def test_models_unknown_model_and_fallback_before_first_token(
     grpc_engine: GrpcEngine,
 ) -> None:

@@ -1,0 +1,84 @@
+"""A request for ``n`` > 1 choices: relayed whole, and its inter-token gaps are each choice's.
+
+An engine decodes a request's choices side by side, so one step sends a token of each at once.
+Gaps taken across the stream would be mostly ~0 ms (the choices of one step), which the ITL
+metrics would report and routing would learn as a decode n times faster than the backend's.
+The emulator runs ``n`` as vLLM does (tests/emulator/test_choices.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import openai
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.timing import StreamStats
+from tests.gateway.support import MODEL, EmulatorFactory, GatewayFactory, config_for
+
+
+async def _itl_observations(session: aiohttp.ClientSession, metrics_url: str) -> float:
+    async with session.get(metrics_url) as reply:
+        text = await reply.text()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "meridian_itl_seconds"
+        for sample in family.samples
+        if sample.name == "meridian_itl_seconds_count"
+    )
+
+
+async def test_n_choices_stream_through_and_their_gaps_are_per_choice(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}))
+    client = openai.AsyncOpenAI(base_url=running.url + "/v1", api_key="unused")
+    stream = await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=5, n=3,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    texts = {0: "", 1: "", 2: ""}
+    usage = None
+    async for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+        usage = chunk.usage or usage
+    whole = await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=2, n=2
+    )
+    await client.close()
+    assert set(texts.values()) == {" the quick brown fox jumps"}
+    assert usage is not None and usage.completion_tokens == 15
+    assert [c.message.content for c in whole.choices] == [" the quick", " the quick"]
+    async with aiohttp.ClientSession() as session:
+        metrics = running.admin_url + "/metrics"
+        count = await _itl_observations(session, metrics)
+        for _ in range(15_000):  # the stream's gaps land in one go, once it has ended
+            if count:
+                break
+            await asyncio.sleep(0.002)
+            count = await _itl_observations(session, metrics)
+    # 3 choices of 5 tokens: 4 gaps each. Gaps across the stream would be 14.
+    assert count == 12
+
+
+def test_a_choice_gap_is_between_two_tokens_of_that_choice() -> None:
+    stats = StreamStats.for_choices(0.0, 2)
+    for step in range(3):  # each step: a token of choice 0, then one of choice 1, 0.1 ms apart
+        stats.on_token_event(step * 0.010, choice=0)
+        stats.on_token_event(step * 0.010 + 0.0001, choice=1)
+    assert [round(gap, 6) for gap in stats.gaps_ms] == [10.0] * 4
+    assert stats.output_events == 6
+    assert stats.first_token_at == 0.0
+    assert stats.itl_percentiles() == (stats.gaps_ms[0], stats.gaps_ms[0], max(stats.gaps_ms))
+
+
+def test_one_choice_keeps_the_streams_gaps() -> None:
+    stats = StreamStats.for_choices(0.0, 1)
+    assert stats.choice_last_at is None
+    for at in (0.0, 0.002, 0.005):
+        stats.on_token_event(at)
+    assert [round(gap, 6) for gap in stats.gaps_ms] == [2.0, 3.0]
