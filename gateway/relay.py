@@ -356,7 +356,9 @@ def _observation(
         ok=failure is None,
         prompt_tokens=inbound.profile.prompt_tokens,
         cached_tokens=opened.exchange.cached_tokens(),
-        output_tokens=opened.exchange.output_tokens(),
+        # One choice's length: routing learns times (a slot held for ITL x tokens), and n
+        # choices decode side by side (the spend counts them all: gateway/objectives.py).
+        output_tokens=-(-opened.exchange.output_tokens() // inbound.choices),
         ttft_ms=opened.upstream_ttfb_ms if inbound.stream else None,
         itl_ms=mean_itl,
         predicted_ttft_ms=opened.route.predicted_ttft_ms,

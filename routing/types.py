@@ -209,7 +209,7 @@ class Observation:
     ok: bool
     prompt_tokens: int = 0
     cached_tokens: int | None = None
-    output_tokens: int = 0
+    output_tokens: int = 0  # one choice's (a request for n choices decodes them side by side)
     ttft_ms: float | None = None
     itl_ms: float | None = None
     predicted_ttft_ms: float | None = None

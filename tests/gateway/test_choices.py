@@ -14,7 +14,9 @@ import aiohttp
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.state_keys import RELAY
 from gateway.timing import StreamStats
+from routing.types import Observation
 from tests.gateway.support import MODEL, EmulatorFactory, GatewayFactory, config_for
 
 
@@ -63,6 +65,37 @@ async def test_n_choices_stream_through_and_their_gaps_are_per_choice(
             count = await _itl_observations(session, metrics)
     # 3 choices of 5 tokens: 4 gaps each. Gaps across the stream would be 14.
     assert count == 12
+
+
+async def test_routing_learns_one_choices_length(
+    emulator: EmulatorFactory, gateway: GatewayFactory
+) -> None:
+    """The learner turns ITL x output tokens into the time a request holds its slot; n
+    choices decode side by side, so it is told one choice's length (usage counts them all)."""
+    backend = await emulator("b1")
+    running = await gateway(config_for({"b1": backend.url}))
+    learner = running.app[RELAY].router.scorer.learner  # type: ignore[attr-defined]
+    learned: list[Observation] = []
+    observe = learner.observe
+
+    def recording(observation: Observation, *args: object) -> None:
+        learned.append(observation)
+        observe(observation, *args)
+
+    learner.observe = recording
+    client = openai.AsyncOpenAI(base_url=running.url + "/v1", api_key="unused")
+    stream = await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=5, n=3,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    usage = [chunk.usage async for chunk in stream if chunk.usage]
+    await client.close()
+    assert usage[0].completion_tokens == 15
+    for _ in range(15_000):  # the request ends (and is learned from) after its last byte
+        if learned:
+            break
+        await asyncio.sleep(0.002)
+    assert [observation.output_tokens for observation in learned] == [5]
 
 
 def test_a_choice_gap_is_between_two_tokens_of_that_choice() -> None:
