@@ -102,13 +102,20 @@ class AiohttpRequest(DoorHttp):
         if request.content_length is not None and request.content_length > limit:
             raise body_too_large(limit)
         timeout_s = self.relay.config.door.body_timeout_s
+        protocol = request.protocol
+        handler = protocol if isinstance(protocol, DoorRequestHandler) else None
         try:
             async with LagForgivingTimeout(timeout_s):
+                if handler is not None:
+                    handler.reading_body = True
                 return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise body_too_large(limit) from None
         except TimeoutError:
             request.app[DOOR].metrics.timeouts.labels("body").inc()
-            if isinstance(request.protocol, DoorRequestHandler):
-                request.protocol.linger_briefly()
+            if handler is not None:
+                handler.linger_briefly()
             raise body_too_slow(timeout_s) from None
+        finally:
+            if handler is not None:
+                handler.reading_body = False

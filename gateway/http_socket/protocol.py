@@ -140,6 +140,9 @@ class DoorRequestHandler(RequestHandler):
         self.send_buffer: int | None = None  # SO_SNDBUF as an SSE response last set it
         # perf_counter() of the read that completed the latest request head (head_arrival).
         self.head_at: float | None = None
+        # While the door waits for a request's body under its deadline (the lean door's
+        # connections say the same): what a test of that deadline waits for.
+        self.reading_body = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
