@@ -41,10 +41,12 @@ TOKEN = (
 
 
 class _Content:
+    limit = 2**16  # the upstream reader's read size (newer checkouts read at most this)
+
     def __init__(self, events: int, per_read: int) -> None:
         self.left, self.per_read, self.total_bytes = events, per_read, 0
 
-    async def readany(self) -> bytes:
+    async def readany(self, limit: int = 0) -> bytes:
         await asyncio.sleep(0)
         if self.left <= 0:
             return b"data: [DONE]\n\n"
