@@ -9,12 +9,14 @@ The emulator runs ``n`` as vLLM does (tests/emulator/test_choices.py).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import aiohttp
 import openai
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.state_keys import RELAY
+from gateway import relay
 from gateway.timing import StreamStats
 from routing.types import Observation
 from tests.gateway.support import MODEL, EmulatorFactory, GatewayFactory, config_for
@@ -68,21 +70,23 @@ async def test_n_choices_stream_through_and_their_gaps_are_per_choice(
 
 
 async def test_routing_learns_one_choices_length(
-    emulator: EmulatorFactory, gateway: GatewayFactory
+    emulator: EmulatorFactory, gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The learner turns ITL x output tokens into the time a request holds its slot; n
-    choices decode side by side, so it is told one choice's length (usage counts them all)."""
+    choices decode side by side, so it is told one choice's length (usage counts them all).
+    What it is told is the relay's ``_observation`` (gateway/relay.py), recorded as it
+    returns: routing's own classes may be compiled (``make compiled-test``), so not patched."""
     backend = await emulator("b1")
     running = await gateway(config_for({"b1": backend.url}))
-    learner = running.app[RELAY].router.scorer.learner  # type: ignore[attr-defined]
     learned: list[Observation] = []
-    observe = learner.observe
+    observation_of = relay._observation
 
-    def recording(observation: Observation, *args: object) -> None:
+    def recording(*args: Any) -> Observation:
+        observation = observation_of(*args)
         learned.append(observation)
-        observe(observation, *args)
+        return observation
 
-    learner.observe = recording
+    monkeypatch.setattr(relay, "_observation", recording)
     client = openai.AsyncOpenAI(base_url=running.url + "/v1", api_key="unused")
     stream = await client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=5, n=3,
