@@ -28,13 +28,14 @@ from gateway.lag_timeout import LagForgivingTimeout
 from gateway.lifecycle.handles import UpstreamHold, hold_upstream
 from gateway.loop_health import LATEST
 from gateway.metrics import GatewayMetrics
+from gateway.opened_stream import OpenedStream, RouteInfo
 from gateway.prediction_timing import PreparedEntries
 from gateway.read_lag import FLOOR_MS
 from gateway.relay_state import ClassPolicy, RelayState
 from gateway.scrub import connect_words, scrub, status_words
 from gateway.signals.outlier import FailureKind
 from gateway.sse import SseSplitter
-from gateway.stream import OpenedStream, RouteInfo, StreamBroken, UpstreamExchange
+from gateway.stream import StreamBroken, UpstreamExchange
 from gateway.tcp_connect import ConnectTimeout
 from gateway.timing import StreamStats, TimingEntry, label_hop, parse
 from gateway.upstream import ConnectionTiming

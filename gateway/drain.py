@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from gateway.config import DrainConfig
 from gateway.errors import ApiError
 from gateway.observability.events import gateway_event
-from gateway.stream import OpenedStream
+from gateway.opened_stream import OpenedStream
 
 log = logging.getLogger("meridian.drain")
 

@@ -35,8 +35,8 @@ from gateway.early_rejection import (
 from gateway.errors import ApiError
 from gateway.header_bounds import HeaderBounds
 from gateway.inbound import InboundRequest
+from gateway.opened_stream import OpenedStream
 from gateway.pricing import OTHER_TENANT, SpendMetrics
-from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
 from routing.types import Decision, RequestProfile
 

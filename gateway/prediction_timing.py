@@ -14,7 +14,7 @@ from gateway.timing import TimingEntry
 from routing.types import Candidate, Decision, RequestProfile
 
 if TYPE_CHECKING:
-    from gateway.stream import OpenedStream
+    from gateway.opened_stream import OpenedStream
 
 
 def prediction_entries(opened: OpenedStream, decision: Decision) -> list[TimingEntry]:

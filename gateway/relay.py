@@ -28,6 +28,7 @@ from gateway.chain import relay_hooks as chain
 from gateway.chain.hop import HopContext
 from gateway.config import GatewayConfig
 from gateway.drain import DrainState, draining_error
+from gateway.ended_observation import observation_of
 from gateway.errors import ApiError, no_backend, upstream_failed
 from gateway.hedging import ObservedTtft
 from gateway.inbound import InboundRequest
@@ -39,6 +40,7 @@ from gateway.model_names import ModelNames
 from gateway.objectives import ObjectiveMetrics
 from gateway.observability.observer import RequestObserver
 from gateway.observability.record import RequestRecord
+from gateway.opened_stream import OpenedStream
 from gateway.placement import UNRESTRICTED
 from gateway.placement import resolve as resolve_placement
 from gateway.prediction_timing import PreparedEntries
@@ -48,14 +50,12 @@ from gateway.retry_budget import RetryAfterTable
 from gateway.signals.hub import SignalHub
 from gateway.signals.outlier import FailureKind
 from gateway.step_feed import on_routing_clock, step_ticker
-from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry, insert_after
 from gateway.upstream import UpstreamPool
 from gateway.walk import CandidateWalk, walk_hedged, walk_in_turn
 from routing.reservation import decide
 from routing.types import (
     FirstToken,
-    Observation,
     PolicyRouter,
     RequestProfile,
     first_token_observer,
@@ -334,7 +334,7 @@ class Relay:
         state = opened.state or self._state
         # An abandoned request says nothing about the backend: released, not learned from.
         learned = (
-            None if failure is FailureKind.CANCELLED else _observation(inbound, opened, failure)
+            None if failure is FailureKind.CANCELLED else observation_of(inbound, opened, failure)
         )
         if opened.held is not None:
             opened.held.end(failure, learned, error)
@@ -342,32 +342,6 @@ class Relay:
             self.observer.finished(record, opened, now, failure, error)
         # tokens, e2e and ITL metrics: the observer
         self.objective_metrics.finish(inbound, opened, state.config.objectives)
-
-
-def _observation(
-    inbound: InboundRequest, opened: OpenedStream, failure: FailureKind | None
-) -> Observation:
-    """What routing learns from a request that ended with ``failure`` (None: it succeeded)."""
-    stats = opened.exchange.stats
-    mean_itl = sum(stats.gaps_ms) / len(stats.gaps_ms) if stats.gaps_ms else None
-    return Observation(
-        backend=opened.route.backend,
-        at=time.monotonic(),
-        ok=failure is None,
-        prompt_tokens=inbound.profile.prompt_tokens,
-        cached_tokens=opened.exchange.cached_tokens(),
-        # One choice's length: routing learns times (a slot held for ITL x tokens), and n
-        # choices decode side by side (the spend counts them all: gateway/objectives.py).
-        output_tokens=-(-opened.exchange.output_tokens() // inbound.choices),
-        ttft_ms=opened.upstream_ttfb_ms if inbound.stream else None,
-        itl_ms=mean_itl,
-        predicted_ttft_ms=opened.route.predicted_ttft_ms,
-        predicted_terms_ms=opened.predicted_terms_ms,
-        prefix_hashes=inbound.profile.prefix_hashes,
-        tenant=inbound.tenant,
-        error_kind=None if failure is None else failure.value,
-        first_token_observed=opened.first_token_observed,
-    )
 
 
 def _ending_before_first_token(state: State, exc: BaseException, drain: DrainState) -> Event:

@@ -1,8 +1,8 @@
 """One upstream exchange after it produced its first token (or its whole non-streaming body).
 
 :class:`UpstreamExchange` (bytes, events, timing) owns the upstream response until
-:meth:`UpstreamExchange.close`; :class:`OpenedStream` is the request's bookkeeping around it
-(route, timing entries, predictions, what it holds). The exchange yields the
+:meth:`UpstreamExchange.close`; :class:`~gateway.opened_stream.OpenedStream` is the request's
+bookkeeping around it (route, timing entries, predictions, what it holds). The exchange yields the
 remaining SSE events with the inter-token timeout and the request deadline applied, keeps the
 numbers the end-of-stream summary needs, and turns everything that can go wrong after the first
 token — the upstream breaking, stalling, sending malformed SSE or an error event, the deadline,
@@ -13,27 +13,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from gateway.chain.hop_timing import (
-    TIMING_HEADER,
-    hops_from_header,
-    merge_summary,
-    take_timing_comment,
-)
+from gateway.chain.hop_timing import take_timing_comment
 from gateway.doors.grammar import OPENAI, Grammar, event_object
 from gateway.errors import ApiError
 from gateway.read_watch import ReadWatch
 from gateway.scrub import scrub
 from gateway.sse import SseEvent, SseSplitter
-from gateway.timing import StreamStats, TimingEntry, label_hop, parse
-from gateway.token_events import choice_index
+from gateway.timing import StreamStats, TimingEntry, parse
 from gateway.upstream_response import UpstreamResponse
-from routing.types import BackendSpec
 
 log = logging.getLogger("meridian.stream")
 
@@ -42,32 +35,7 @@ log = logging.getLogger("meridian.stream")
 _BACKEND_TIMING_COMMENT = b": server-timing "
 
 if TYPE_CHECKING:
-    from gateway.chain.hop import HopContext
-    from gateway.lifecycle.handles import RequestHold, UpstreamHold
-    from gateway.observability.record import RequestRecord
     from gateway.push_phase import Pusher, PushSink
-    from gateway.relay_state import RelayState
-
-
-@dataclass(frozen=True, slots=True)
-class RouteInfo:
-    backend: str
-    region: str
-    kind: str
-    attempts: int
-    predicted_ttft_ms: float | None = None
-    hedges: int = 0  # of the attempts, how many were hedges (started while another ran)
-
-    def header(self) -> str:
-        text = (
-            f"region={self.region}; backend={self.backend}; kind={self.kind}; "
-            f"attempts={self.attempts}"
-        )
-        if self.hedges:
-            text += f"; hedges={self.hedges}"
-        if self.predicted_ttft_ms is not None:
-            text += f"; predicted_ttft_ms={self.predicted_ttft_ms:.1f}"
-        return text
 
 
 class StreamBroken(Exception):
@@ -134,9 +102,7 @@ class UpstreamExchange:
         ends = self.grammar.ends(event, obj)
         if carries and not ends:
             counted = obj is not None and self.grammar.counts_token(obj)
-            stats = self.stats
-            choice = 0 if stats.choice_last_at is None else choice_index(obj)
-            stats.on_token_event(time.perf_counter(), counted, choice)
+            self.stats.on_token_event(time.perf_counter(), counted, obj)
         if ends:
             self.saw_done = True
             self.ended_by = event
@@ -239,12 +205,11 @@ class UpstreamExchange:
             if self.keep_parsed:  # for a door that builds from the object (event.parsed)
                 event.parsed = obj
             plain = grammar.plain(obj, data)
-        if plain is not None:  # no error, usage or finish: a token or nothing (the same answer)
+        # No error, usage or finish: a token or nothing (the same answer). With n > 1 choices
+        # a token's gap is its choice's: the full path hands the stats the chunk (as the push's).
+        if plain is not None and self.stats.choice_last_at is None:
             if plain:  # StreamStats.on_token_event(now), inline: runs for every token event
                 stats, now = self.stats, time.perf_counter()
-                if stats.choice_last_at is not None:  # n > 1: the gap is its choice's
-                    stats.on_token_event(now, True, choice_index(obj))
-                    return
                 if stats.first_token_at is None:
                     stats.first_token_at = now
                 if (last := stats.last_token_at) is not None:
@@ -336,71 +301,3 @@ class UpstreamExchange:
             self.response.release()
         else:
             self.response.close()
-
-
-@dataclass(slots=True)
-class OpenedStream:
-    """A request's bookkeeping once an attempt produced its first token: where it went, its
-    timing entries up to then, what routing predicted and learned, what it holds; the
-    upstream :class:`UpstreamExchange` it relays is ``exchange``."""
-
-    spec: BackendSpec
-    route: RouteInfo
-    exchange: UpstreamExchange
-    entries: list[TimingEntry]  # this hop's timing up to the first token, hop entries included
-    upstream_ttfb_ms: float | None = None  # request sent -> first token: the backend's share
-    upstream_read_lag_ms: float = 0.0  # the token's wait unread for a busy loop: the gateway's
-    first_token_observed: bool = False  # routing already learned this request's TTFT
-    predicted_terms_ms: Mapping[str, float] = field(default_factory=dict)
-    state: RelayState | None = None  # the relay state the request started on
-    held: RequestHold | None = None  # active count, drain membership, admission: Relay.finish
-    upstream_hold: UpstreamHold | None = None  # the winning attempt's counts: Relay.finish
-    hop: HopContext | None = None  # this gateway's place in a chain (gateway/chain)
-    record: RequestRecord | None = None  # what the request log, metrics and span report
-    # Bookkeeping that need not delay the first byte out (first-token learning, TTFT metrics):
-    # Relay.open schedules it for the loop's next turn, Relay.finish runs whatever is left.
-    after_first_byte: list[Callable[[], None]] = field(default_factory=list)
-
-    def catch_up(self) -> None:
-        """Run the bookkeeping deferred past the first byte: each item once, in order."""
-        work, self.after_first_byte = self.after_first_byte, []
-        for item in work:
-            item()
-
-    def summary(self, now: float) -> dict[str, Any]:
-        """End-of-stream timing, the JSON carried by the final SSE comment line."""
-        x = self.exchange
-        p50, p99, worst = x.stats.itl_percentiles()
-        ttft = (
-            (x.stats.first_token_at - x.stats.started_at) * 1000.0
-            if x.stats.first_token_at is not None
-            else None
-        )
-        own = {
-            "backend": self.route.backend,
-            "region": self.route.region,
-            "attempts": self.route.attempts,
-            "ttft_ms": _round(ttft),
-            "itl_p50_ms": _round(p50),
-            "itl_p99_ms": _round(p99),
-            "itl_max_ms": _round(worst),
-            "output_tokens": x.output_tokens(),
-            "e2e_ms": _round((now - x.stats.started_at) * 1000.0),
-        }
-        if x.backend_timing:  # what the backend says its time went to, labelled as its hop
-            own["upstream_timing"] = {
-                entry.name: entry.dur_ms
-                for entry in label_hop(x.backend_timing, self.route.backend)
-                if entry.dur_ms is not None
-            }
-        downstream = x.downstream_hops
-        if x.body is not None:  # non-streaming: the next gateway's summary is a header
-            downstream = hops_from_header(x.response.headers.get(TIMING_HEADER))
-        return merge_summary(own, self.hop, downstream)
-
-    def close(self) -> None:
-        self.exchange.close()
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)

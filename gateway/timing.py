@@ -8,8 +8,11 @@ gateways reads as one header: ``gw;dur=0.4, ..., eu-gw.gw;dur=0.3, eu-gw.eu-1.qu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.token_events import choice_index
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
@@ -137,20 +140,25 @@ class StreamStats:
     def for_choices(cls, started_at: float, choices: int) -> StreamStats:
         return cls(started_at, choice_last_at={} if choices > 1 else None)
 
-    def on_token_event(self, now: float, counted: bool = True, choice: int = 0) -> None:
+    def on_token_event(
+        self, now: float, counted: bool = True, chunk: Mapping[str, Any] | None = None
+    ) -> None:
         """An event that ends the wait for the first token; ``counted`` when it carries one (a
-        finish-only chunk starts the stream but is neither a token nor an ITL gap); ``choice``:
-        its choice's index (read only with ``choice_last_at``)."""
+        finish-only chunk starts the stream but is neither a token nor an ITL gap). ``chunk``:
+        the event's parsed object, whose choice index ``choice_last_at`` is kept by."""
         if self.first_token_at is None:
             self.first_token_at = now
         if not counted:
             return
         by_choice = self.choice_last_at
-        last = self.last_token_at if by_choice is None else by_choice.get(choice)
+        if by_choice is None:
+            last = self.last_token_at
+        else:
+            choice = choice_index(chunk)
+            last = by_choice.get(choice)
+            by_choice[choice] = now
         if last is not None:
             self.gaps_ms.append((now - last) * 1000.0)
-        if by_choice is not None:
-            by_choice[choice] = now
         self.last_token_at = now
         self.output_events += 1
 

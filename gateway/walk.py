@@ -26,8 +26,8 @@ from gateway.config import HedgingConfig
 from gateway.doors.upstream import serves
 from gateway.hedging import ObservedTtft, hedge_delay_s
 from gateway.lifecycle.states import Event
+from gateway.opened_stream import OpenedStream
 from gateway.retry_budget import RetryAfterTable
-from gateway.stream import OpenedStream
 from gateway.timing import TimingEntry
 from routing.reservation import Reservation, reserve
 from routing.types import Candidate, Decision, RequestProfile

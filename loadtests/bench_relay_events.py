@@ -85,10 +85,11 @@ async def _one(events: int, per_read: int) -> float:
     opened: Any
     if hasattr(stream, "UpstreamExchange"):  # the upstream exchange is its own object
         opened = stream.UpstreamExchange(**parts)
-    else:  # older checkouts: one OpenedStream
-        opened = stream.OpenedStream(
+    else:  # older checkouts: one OpenedStream, in the same module
+        older: Any = stream
+        opened = older.OpenedStream(
             spec=BackendSpec("b", "r", BackendKind.DEDICATED, frozenset({"m"})),
-            route=stream.RouteInfo("b", "r", "dedicated", 1),
+            route=older.RouteInfo("b", "r", "dedicated", 1),
             entries=[],
             **parts,
         )

@@ -83,9 +83,11 @@ def hang_bound(within_s: float) -> float:
     return max(within_s, HANG_BOUND_S)
 
 
-async def scraped_sum(session: aiohttp.ClientSession, metrics_url: str, family: str) -> float:
-    """The sum of every sample of counter ``family`` (its ``_total`` samples) that
-    ``metrics_url`` (a /metrics page) serves now."""
+async def scraped_sum(
+    session: aiohttp.ClientSession, metrics_url: str, family: str, suffix: str = "_total"
+) -> float:
+    """The sum of every sample of counter ``family`` (its ``_total`` samples; a histogram's
+    observations: ``suffix="_count"``) that ``metrics_url`` (a /metrics page) serves now."""
     async with session.get(metrics_url) as reply:
         text = await reply.text()
     return sum(
@@ -93,7 +95,7 @@ async def scraped_sum(session: aiohttp.ClientSession, metrics_url: str, family: 
         for found in text_string_to_metric_families(text)
         if found.name == family
         for sample in found.samples
-        if sample.name.endswith("_total")
+        if sample.name.endswith(suffix)
     )
 
 

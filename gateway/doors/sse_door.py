@@ -27,9 +27,10 @@ from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import Endpoint, InboundRequest, request_id_from
 from gateway.lifecycle.call import CoreCall
 from gateway.lifecycle.core import Arrival, Exchange, refused
+from gateway.opened_stream import OpenedStream
 from gateway.sse import SseEvent, comment
 from gateway.sse_writer import ClientTooSlow, RawOut, SseSink
-from gateway.stream import OpenedStream, StreamBroken
+from gateway.stream import StreamBroken
 from gateway.timing import TimingEntry, render
 
 TIMING_COMMENT_PREFIX = "meridian-timing "

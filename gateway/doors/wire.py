@@ -15,7 +15,7 @@ from gateway.sse import SseEvent
 
 if TYPE_CHECKING:
     from gateway.inbound import InboundRequest
-    from gateway.stream import OpenedStream
+    from gateway.opened_stream import OpenedStream
 
 
 Rename = Callable[[bytes], bytes]

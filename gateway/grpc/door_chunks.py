@@ -1,6 +1,6 @@
 """What the gRPC door sends for one opened exchange, per API, as JSON objects.
 
-The relay core hands every door the same :class:`~gateway.stream.OpenedStream`; over HTTP the
+The relay core hands every door the same :class:`~gateway.opened_stream.OpenedStream`; over HTTP the
 door's wire (``gateway/doors/wire.py``) writes it, over gRPC these objects become messages:
 
 - chat / completions: each upstream chunk, the model named as the client named it;
@@ -19,8 +19,9 @@ import orjson
 from gateway.doors.messages.door import MessagesWire
 from gateway.doors.wire import model_renamer, public_model_names
 from gateway.inbound import Endpoint, InboundRequest
+from gateway.opened_stream import OpenedStream
 from gateway.sse import SseEvent, SseSplitter
-from gateway.stream import OpenedStream, StreamBroken
+from gateway.stream import StreamBroken
 
 if TYPE_CHECKING:
     from gateway.lifecycle.call import CoreCall

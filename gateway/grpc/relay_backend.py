@@ -33,8 +33,9 @@ from gateway.lifecycle.seam import (
     StreamOpened,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.opened_stream import OpenedStream
 from gateway.relay import Relay
-from gateway.stream import OpenedStream, StreamBroken
+from gateway.stream import StreamBroken
 from gateway.timing import TimingEntry, render
 
 ROUTE_KEY = "x-meridian-route"

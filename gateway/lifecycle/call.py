@@ -39,9 +39,9 @@ from gateway.errors import ApiError
 from gateway.impossible import ImpossibleState, internal_error
 from gateway.inbound import InboundRequest
 from gateway.lifecycle.core import Arrival, Exchange, accept, count, forward_headers, refused
+from gateway.opened_stream import OpenedStream
 from gateway.signals.outlier import FailureKind
 from gateway.sse import SseEvent
-from gateway.stream import OpenedStream
 
 if TYPE_CHECKING:
     from gateway.push_phase import Pusher

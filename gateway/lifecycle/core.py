@@ -30,8 +30,9 @@ from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest, parse_inbound
 from gateway.lifecycle.outcome import Ending, against_backend, broken_ending
 from gateway.objectives import apply as apply_objective
+from gateway.opened_stream import OpenedStream
 from gateway.signals.outlier import FailureKind
-from gateway.stream import OpenedStream, StreamBroken
+from gateway.stream import StreamBroken
 
 if TYPE_CHECKING:
     from gateway.relay import Relay

@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from gateway.admission import Admission, Ticket
     from gateway.drain import DrainState
     from gateway.metrics import GatewayMetrics
+    from gateway.opened_stream import OpenedStream
     from gateway.relay_state import RelayState
     from gateway.signals.hub import SignalHub
-    from gateway.stream import OpenedStream
 
 log = logging.getLogger("meridian.lifecycle")
 

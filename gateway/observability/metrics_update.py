@@ -14,7 +14,7 @@ from gateway.observability.request_metrics import RequestMetrics
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig
-    from gateway.stream import OpenedStream
+    from gateway.opened_stream import OpenedStream
 
 
 class RouteSeries:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.chain.hop import HopContext
     from gateway.config import GatewayConfig
     from gateway.inbound import InboundRequest
-    from gateway.stream import OpenedStream
+    from gateway.opened_stream import OpenedStream
 
 
 def classify_finish(failure: FailureKind | None, error: str | None) -> tuple[Outcome, str | None]:

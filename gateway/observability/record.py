@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gateway.chain.hop import HopContext
     from gateway.inbound import InboundRequest
     from gateway.lifecycle.states import Lifecycle
-    from gateway.stream import OpenedStream
+    from gateway.opened_stream import OpenedStream
     from gateway.walk import CandidateWalk
 
 CLIENT_CLOSED_STATUS = 499  # nginx's "client closed request": no response was completed

@@ -31,7 +31,7 @@ from gateway.observability.record import Outcome, RequestRecord, lifecycle_field
 if TYPE_CHECKING:
     from gateway.chain.hop import HopContext
     from gateway.observability.tracing import Tracing
-    from gateway.stream import OpenedStream
+    from gateway.opened_stream import OpenedStream
 
 # gen_ai.operation.name per door endpoint (the GenAI conventions' well-known values).
 _OPERATION = {

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from gateway.config import GatewayConfig, parse_config
+from gateway.opened_stream import OpenedStream
 from gateway.state_keys import RELAY
-from gateway.stream import OpenedStream
 from loadtests.emulator.config import FaultConfig
 from loadtests.emulator.server import RunningEmulator
 from tests.reliability.support import (

@@ -14,7 +14,7 @@ from gateway.doors.sse_door import serve
 from gateway.doors.wire import DoorWire, StreamCodec, public_model_renamer
 from gateway.errors import ApiError
 from gateway.inbound import Endpoint, InboundRequest
-from gateway.stream import OpenedStream
+from gateway.opened_stream import OpenedStream
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
