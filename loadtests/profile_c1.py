@@ -58,6 +58,7 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "per-event relay",
         (
             "gateway/stream.py",
+            "gateway/opened_stream.py",  # its end-of-stream summary (in stream.py until 2026-12-08)
             "gateway/sse.py",
             "gateway/sse_writer.py",
             "gateway/doors/sse_door.py:_relay_stream",
